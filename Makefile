@@ -1,0 +1,37 @@
+# `make train` and `make test` each set everything up on a fresh clone (a virtual environment in
+# .venv with the CPU build of torch) and then run. On a GPU machine, put a CUDA build of torch in
+# the environment first, e.g. `make TORCH="torch==2.13.0 --index-url <PyTorch's CUDA wheel index>" install`.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install train test lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check $(TORCH) -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## the main job: GPT on the default text corpus (the Python standard library's sources)
+train: $(STAMP)
+	$(PY) -m src.train model=gpt data=text $(ARGS)
+
+## lint, format check and the test suite (what CI runs)
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m pytest $(ARGS)
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+bench: $(STAMP)
+	$(PY) bench/gpt_shakespeare.py $(ARGS)
+
+clean:
+	rm -rf outputs data/processed wandb

@@ -1,0 +1,391 @@
+"""Text corpora for language modelling: tokenise once into memmaps, then sample windows.
+
+Preparation (the DVC stage `prepare_text`, or the first run that needs it):
+  raw UTF-8 files -> tokenizer (character-level, or byte-level BPE trained with HF `tokenizers`)
+  -> one token stream, documents separated by <|endoftext|> -> contiguous train/val/test splits
+  -> `{train,val,test}.bin` (uint16/uint32 memmaps), `tokenizer.json`, `meta.json`.
+This is nanoGPT's scheme: the training loader then draws random windows of block_size + 1 tokens.
+
+The default corpus is the Python standard library's own sources (about 12 MB of human-written
+code and docstrings), which every machine that runs this pipeline has, network or not.
+
+    python -m src.prepare data=shakespeare          # prepare only (the DVC stage)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sysconfig
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from src.utils.errors import PipelineError
+
+log = logging.getLogger(__name__)
+
+EOS, UNK, PAD, CLS, SEP, MASK = "<|endoftext|>", "<unk>", "<pad>", "<cls>", "<sep>", "<mask>"
+SPECIAL_TOKENS = [EOS, UNK, PAD, CLS, SEP, MASK]  # ids 0..5 in every tokenizer built here
+SPLITS = ("train", "val", "test")
+# Generated tables and test data are not the human-written text we want from the stdlib.
+STDLIB_EXCLUDE = {"site-packages", "test", "tests", "idle_test", "encodings", "pydoc_data"}
+
+
+# --------------------------------------------------------------------------- raw text
+
+
+def stdlib_files() -> list[Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return sorted(
+        p for p in root.rglob("*.py") if not STDLIB_EXCLUDE & set(p.relative_to(root).parts)
+    )
+
+
+def corpus_files(path: str | None, glob: str) -> list[Path]:
+    """The files of a corpus: one file, the files of a folder matching `glob`, or the stdlib."""
+    if path is None:
+        return stdlib_files()
+    p = Path(path).expanduser()
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(f for f in p.glob(glob) if f.is_file())
+        if not files:
+            raise PipelineError(f"no files matching {glob!r} in corpus folder {p}")
+        return files
+    raise PipelineError(f"corpus not found: {p}")
+
+
+def read_documents(files: list[Path]) -> list[str]:
+    docs, skipped = [], 0
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            skipped += 1  # a folder may hold binary or legacy-encoded files; a single file may not
+            if len(files) == 1:
+                raise PipelineError(f"corpus {f} is not UTF-8 text") from None
+            continue
+        if text.strip():
+            docs.append(text)
+    if skipped:
+        log.warning("skipped %d of %d files that are not UTF-8", skipped, len(files))
+    if not docs:
+        where = files[0] if len(files) == 1 else f"{len(files)} files"
+        raise PipelineError(f"corpus is empty: {where}")
+    return docs
+
+
+def download(url: str, dest: Path, sha256: str | None = None) -> Path:
+    """Fetch `url` once into `dest` (written atomically, checked against `sha256` when given)."""
+    if dest.exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    log.info("downloading %s -> %s", url, dest)
+    tmp = dest.with_suffix(dest.suffix + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r, open(tmp, "wb") as f:
+            shutil.copyfileobj(r, f)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise PipelineError(f"could not download {url} ({e}); pass data.path=FILE instead") from e
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    if sha256 and digest != sha256:
+        tmp.unlink()
+        raise PipelineError(f"{url} has sha256 {digest}, expected {sha256}")
+    tmp.rename(dest)
+    return dest
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+
+def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None):
+    """Character-level or byte-level BPE, both as HF `tokenizers.Tokenizer`s with the same
+    special tokens, so that one encode/decode/save path serves both.
+
+    Character level is BPE with the corpus's characters as vocabulary and no merges.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if kind == "char":
+        chars = sorted(set().union(*map(set, docs)))
+        vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + chars)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
+        tok.decoder = decoders.Fuse()
+    elif kind == "bpe":
+        if not vocab_size:
+            raise PipelineError("data.vocab_size must be set for the bpe tokenizer")
+        tok = Tokenizer(models.BPE(unk_token=UNK))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIAL_TOKENS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+    else:
+        raise PipelineError(f"unknown tokenizer {kind!r}; choose char or bpe")
+    tok.add_special_tokens(SPECIAL_TOKENS)  # never split "<mask>" etc. into characters
+    return tok
+
+
+def load_tokenizer(json_str: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(json_str)
+
+
+def encode_documents(tokenizer, docs: list[str]) -> np.ndarray:
+    """One stream of ids, documents separated by EOS, tokenised by `datasets.map` in batches."""
+    from datasets import Dataset
+
+    eos = tokenizer.token_to_id(EOS)
+    ds = Dataset.from_dict({"text": docs}).map(
+        lambda b: {"ids": [e.ids + [eos] for e in tokenizer.encode_batch(b["text"])]},
+        batched=True,
+        remove_columns=["text"],
+        new_fingerprint="encode",  # the tokenizer is not hashable; nothing is cached on disk
+        keep_in_memory=True,
+    )
+    ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in ds["ids"]])
+    return ids[:-1] if len(docs) == 1 else ids  # one document: no separator needed
+
+
+def prepare_corpus(
+    out_dir: Path,
+    files: list[Path],
+    tokenizer: str,
+    vocab_size: int | None,
+    splits: tuple[float, float, float],
+) -> None:
+    """Tokenise `files` into `out_dir`, skipping the work when it is already there for the same
+    inputs and settings. Written into a temporary folder and renamed, so an interrupted or
+    failed run never leaves files that look complete."""
+    settings = {
+        "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
+        "tokenizer": tokenizer,
+        "vocab_size": vocab_size if tokenizer == "bpe" else None,
+        "splits": list(splits),
+    }
+    fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+    meta_path = out_dir / "meta.json"
+    if meta_path.exists() and json.loads(meta_path.read_text()).get("fingerprint") == fingerprint:
+        return
+    if abs(sum(splits) - 1) > 1e-6 or splits[0] <= 0 or splits[1] <= 0:
+        raise PipelineError(f"data.splits={list(splits)} must be positive train/val and sum to 1")
+
+    log.info("tokenising %d file(s) with the %s tokenizer -> %s", len(files), tokenizer, out_dir)
+    docs = read_documents(files)
+    tok = train_tokenizer(tokenizer, docs, vocab_size)
+    ids = encode_documents(tok, docs)
+    dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    try:
+        bounds = np.cumsum([0, *splits])
+        sizes = {}
+        for name, lo, hi in zip(SPLITS, bounds[:-1], bounds[1:], strict=True):
+            part = ids[int(lo * len(ids)) : int(hi * len(ids))]
+            part.astype(dtype).tofile(tmp / f"{name}.bin")
+            sizes[name] = len(part)
+        tok.save(str(tmp / "tokenizer.json"))
+        meta = {
+            "fingerprint": fingerprint,
+            "vocab_size": tok.get_vocab_size(),
+            "dtype": np.dtype(dtype).name,
+            "tokens": sizes,
+            "documents": len(docs),
+            "characters": sum(map(len, docs)),
+            "settings": settings,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("tokens: %s, vocabulary: %d", sizes, meta["vocab_size"])
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class TokenWindows(Dataset):
+    """Windows of block_size + 1 tokens from a memmap, addressed by start offset: x = w[:-1], y = w[1:].
+
+    `__getitems__` fetches a whole batch with one fancy-indexing call instead of B slices.
+    """
+
+    def __init__(self, path: Path, dtype: str, block_size: int):
+        self.data = np.memmap(path, dtype=dtype, mode="r")
+        self.block_size = block_size
+        self.n_starts = len(self.data) - block_size  # valid offsets: 0 .. n_starts - 1
+
+    def __len__(self) -> int:
+        return max(self.n_starts, 0)
+
+    def __getitems__(self, offsets: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = np.asarray(offsets)[:, None] + np.arange(self.block_size + 1)  # (B, T + 1)
+        w = torch.from_numpy(self.data[idx].astype(np.int64))
+        return w[:, :-1], w[:, 1:]
+
+    def __getitem__(self, offset: int):
+        x, y = self.__getitems__([offset])
+        return x[0], y[0]
+
+
+def _identity(batch):
+    return batch  # __getitems__ already returns the collated batch
+
+
+class RandomWindowSampler(Sampler[int]):
+    """`num_samples` random window offsets per epoch, a pure function of (seed, epoch, rank), so
+    that a run resumed from an epoch-end checkpoint sees the same data as an uninterrupted one.
+    Under DDP each rank takes every world_size-th offset of one shared draw."""
+
+    def __init__(self, n_starts: int, num_samples: int, seed: int, rank: int = 0, world: int = 1):
+        self.n_starts, self.num_samples = n_starts, num_samples
+        self.seed, self.rank, self.world = seed, rank, world
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls this at the start of each epoch
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        draw = torch.randint(self.n_starts, (self.num_samples * self.world,), generator=g)
+        return iter(draw[self.rank :: self.world].tolist())
+
+
+class TextDataModule(pl.LightningDataModule):
+    """Language-modelling batches (x, y) of shape (B, T), y being x shifted by one token.
+
+    An epoch is `steps_per_epoch` random batches (validation and checkpointing follow epochs);
+    validation and test read the whole held-out split once, in non-overlapping windows.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        processed_dir: str,
+        path: str | None = None,
+        glob: str = "**/*",
+        url: str | None = None,
+        sha256: str | None = None,
+        raw_path: str | None = None,
+        tokenizer: str = "bpe",
+        vocab_size: int | None = 4096,
+        splits: tuple[float, float, float] = (0.9, 0.05, 0.05),
+        block_size: int = 128,
+        batch_size: int = 32,
+        steps_per_epoch: int = 500,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.processed_dir = Path(processed_dir)
+        self._tokenizer = None
+        self.splits: dict[str, TokenWindows] = {}
+
+    # -- preparation: runs once, on one process per node
+    def prepare_data(self) -> None:
+        hp = self.hparams
+        path = hp.path
+        if path is None and hp.url:  # a named public corpus, fetched once
+            path = download(hp.url, Path(hp.raw_path), hp.sha256)
+        files = corpus_files(path, hp.glob)
+        prepare_corpus(self.processed_dir, files, hp.tokenizer, hp.vocab_size, tuple(hp.splits))
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.processed_dir / "meta.json").read_text())
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer((self.processed_dir / "tokenizer.json").read_text())
+        return self._tokenizer
+
+    @property
+    def model_kwargs(self) -> dict:
+        """What the model needs to know about the data (train.py passes it to the model)."""
+        return {"vocab_size": self.meta["vocab_size"]}
+
+    # -- loading: runs on every process
+    def setup(self, stage: str | None = None) -> None:
+        meta, t = self.meta, self.hparams.block_size
+        for name in SPLITS:
+            if meta["tokens"][name] == 0:
+                continue
+            ds = TokenWindows(self.processed_dir / f"{name}.bin", meta["dtype"], t)
+            if len(ds) == 0:
+                raise PipelineError(
+                    f"the {name} split has {meta['tokens'][name]} tokens, fewer than one block of "
+                    f"{t + 1}; use a larger corpus or a smaller data.block_size"
+                )
+            self.splits[name] = ds
+
+    def _rank_world(self) -> tuple[int, int]:
+        if self.trainer is None:
+            return 0, 1
+        return self.trainer.global_rank, self.trainer.world_size
+
+    def train_dataloader(self) -> DataLoader:
+        hp, ds = self.hparams, self.splits["train"]
+        rank, world = self._rank_world()
+        sampler = RandomWindowSampler(
+            ds.n_starts, hp.steps_per_epoch * hp.batch_size, hp.seed, rank, world
+        )
+        return self._loader(ds, sampler)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        ds = self.splits[split]
+        rank, world = self._rank_world()
+        offsets = list(range(0, ds.n_starts, self.hparams.block_size))[rank::world]
+        return self._loader(ds, offsets)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        if "test" not in self.splits:
+            raise PipelineError("this corpus has no test split (data.splits); run with test=false")
+        return self._eval_loader("test")
+
+    def _loader(self, ds: Dataset, sampler) -> DataLoader:
+        n = self.hparams.num_workers
+        return DataLoader(
+            ds,
+            batch_size=self.hparams.batch_size,
+            sampler=sampler,
+            collate_fn=_identity,
+            num_workers=n,
+            persistent_workers=n > 0,
+        )
+
+    # -- the tokenizer travels inside every checkpoint, so a checkpoint alone can generate text
+    def state_dict(self) -> dict:
+        return {"tokenizer": self.tokenizer.to_str()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("tokenizer") != self.tokenizer.to_str():
+            raise PipelineError(
+                "the checkpoint was trained with another tokenizer than this data config builds"
+            )

@@ -1,0 +1,111 @@
+"""Multi-head scaled dot-product attention (Bishop, Deep Learning, sec. 12.1).
+
+One attention core serves every Transformer in the project: GPT (causal self-attention), BERT
+(bidirectional, with padding masks), the translation decoder (cross-attention), ViT and audio.
+
+    Q = X W_q,  K = X' W_k,  V = X' W_v                     (X' = X for self-attention)
+    head_h = softmax(Q_h K_h^T / sqrt(D_k)) V_h             (12.14)
+    Y = Concat(head_1, ..., head_H) W_o                     (12.19)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def build_attention_mask(
+    t_q: int,
+    t_k: int,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    """Boolean mask, True where a query may attend to a key, broadcastable to (B, H, T_q, T_k).
+
+    key_padding_mask: (B, T_k), True at padding positions (the convention of nn.MultiheadAttention).
+    """
+    mask = None
+    if causal:
+        # query n sees keys m <= n (offset so that the last query sees the last key)
+        mask = torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, T_k)
+        mask = keep if mask is None else keep & mask
+    return mask
+
+
+def naive_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                    dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+    """The reference path: softmax(Q K^T / sqrt(D_k)) V, written out as in eq. (12.14).
+
+    q: (B, H, T_q, D_k), k: (B, H, T_k, D_k), v: (B, H, T_k, D_v) -> ((B, H, T_q, D_v), A)
+    where A: (B, H, T_q, T_k) are the attention weights; each row sums to 1.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, dropout_p)
+    return weights @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """H heads of scaled dot-product attention with learnable W_q, W_k, W_v and output W_o.
+
+    Self-attention when `context` is None; cross-attention (keys and values from the encoder,
+    sec. 12.3.5) otherwise. `F.scaled_dot_product_attention` is the fast path (it dispatches to
+    flash / memory-efficient kernels); `naive=True` or `need_weights=True` takes the reference path.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+                 naive: bool = False):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = dropout
+        self.naive = naive
+
+    def _split_heads(self, x: Tensor) -> Tensor:  # (B, T, D) -> (B, H, T, D_k)
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_k).transpose(1, 2)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x: (B, T_q, D); context: (B, T_k, D) or None -> (B, T_q, D), weights (B, H, T_q, T_k)."""
+        kv = x if context is None else context
+        q = self._split_heads(self.w_q(x))
+        k = self._split_heads(self.w_k(kv))
+        v = self._split_heads(self.w_v(kv))
+        dropout_p = self.dropout if self.training else 0.0
+        weights = None
+        if self.naive or need_weights:
+            mask = build_attention_mask(q.size(2), k.size(2), causal=causal,
+                                        key_padding_mask=key_padding_mask, device=x.device)
+            y, weights = naive_attention(q, k, v, mask, dropout_p)
+        elif key_padding_mask is None and (not causal or q.size(2) == k.size(2)):
+            # is_causal lets SDPA pick a kernel that skips the masked half instead of reading a mask
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+        else:
+            mask = build_attention_mask(q.size(2), k.size(2), causal=causal,
+                                        key_padding_mask=key_padding_mask, device=x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        y = y.transpose(1, 2).reshape(x.size(0), x.size(1), -1)  # concatenate heads: (B, T_q, D)
+        return self.w_o(y), weights

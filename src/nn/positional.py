@@ -1,0 +1,53 @@
+"""Positional encodings (Bishop, Deep Learning, sec. 12.1.9).
+
+Attention is equivariant to permutations of its inputs, so word order must be injected. Both
+encodings map positions (T,) to vectors (T, D) that are added to the token embeddings.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed encoding of eq. (12.25): r_ni = sin(n / L^(i/D)) for even i, cos(n / L^((i-1)/D)) for odd i.
+
+    The wavelengths form a geometric progression from 2π to L·2π; the book (and Vaswani et al.) use
+    L = 10000. Not learned, so it is a buffer: it moves with the module but gets no gradient.
+    """
+
+    def __init__(self, d_model: int, max_len: int, base: float = 10000.0):
+        super().__init__()
+        n = torch.arange(max_len, dtype=torch.float32)[:, None]  # (T, 1)
+        i = torch.arange(0, d_model, 2, dtype=torch.float32)  # even dimensions
+        angle = n / base ** (i / d_model)  # (T, ceil(D/2))
+        r = torch.zeros(max_len, d_model)
+        r[:, 0::2] = torch.sin(angle)
+        r[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+        self.register_buffer("r", r, persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:  # (T,) -> (T, D)
+        return self.r[positions]
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """One trainable vector per position (as in GPT and BERT); cannot extrapolate past max_len."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, positions: Tensor) -> Tensor:  # (T,) -> (T, D)
+        return self.embedding(positions)
+
+
+def positional_encoding(kind: str, d_model: int, max_len: int, base: float = 10000.0) -> nn.Module | None:
+    """Factory for config files: kind is "sinusoidal", "learned" or "none"."""
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(d_model, max_len, base)
+    if kind == "learned":
+        return LearnedPositionalEncoding(d_model, max_len)
+    if kind == "none":
+        return None
+    raise ValueError(f"unknown positional encoding {kind!r}; choose sinusoidal, learned or none")

@@ -1,0 +1,27 @@
+"""Prepare a dataset without training (the DVC data stages): tokenise text, and so on.
+
+    python -m src.prepare data=shakespeare data.path=../shared/data/tinyshakespeare/input.txt
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from src.utils.config import register_resolvers
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    from hydra.utils import instantiate
+
+    from src.utils.errors import report_errors
+
+    with report_errors():
+        instantiate(cfg.data).prepare_data()
+
+
+if __name__ == "__main__":
+    main()

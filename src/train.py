@@ -1,0 +1,85 @@
+"""Train and test one model on one dataset, as composed by Hydra from conf/.
+
+    python -m src.train model=gpt data=text
+    python -m src.train experiment=gpt_shakespeare_char trainer=ddp_cpu logger=many
+    python -m src.train --help                     # config groups and options
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from src.utils.config import register_resolvers
+
+log = logging.getLogger(__name__)
+register_resolvers()
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit, test the best checkpoint, write metrics.json; returns the final metrics."""
+    import pytorch_lightning as pl
+    from hydra.utils import instantiate
+
+    from src.utils.checkpoint import class_path, load_checkpoint
+    from src.utils.config import instantiate_all, print_config_tree
+
+    run_dir = Path(cfg.paths.output_dir)
+    if pl.utilities.rank_zero.rank_zero_only.rank == 0:
+        print_config_tree(cfg, save_to=run_dir)
+    pl.seed_everything(cfg.seed, workers=True)
+
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()  # the model's shape (e.g. vocabulary size) depends on the data
+    model = instantiate(cfg.model, **datamodule.model_kwargs, _convert_="all")
+    if cfg.ckpt_path:
+        load_checkpoint(cfg.ckpt_path, expected_class=class_path(model))
+
+    loggers = instantiate_all(cfg.get("logger"))
+    trainer = instantiate(
+        cfg.trainer, callbacks=instantiate_all(cfg.get("callbacks")), logger=loggers or False
+    )
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+        metrics = dict(trainer.callback_metrics)
+        if cfg.test and not trainer.fast_dev_run:
+            best = trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path
+            trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
+            metrics.update(trainer.callback_metrics)
+    except BaseException:
+        _close_wandb(loggers, exit_code=1)
+        raise
+    _close_wandb(loggers, exit_code=0)
+
+    metrics = {k: float(v) for k, v in sorted(metrics.items())}
+    if trainer.is_global_zero:
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        log.info("metrics and checkpoints in %s", run_dir)
+    return metrics
+
+
+def _close_wandb(loggers: list, exit_code: int) -> None:
+    """Finish the wandb run even when training failed, so that its files are complete."""
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger" and lg._experiment is not None:
+            lg.experiment.finish(exit_code=exit_code)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    from src.utils.errors import report_errors
+
+    with report_errors():
+        metrics = train(cfg)
+        return metrics.get(cfg.optimized_metric)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Callbacks the default config adds to every run (see conf/callbacks/default.yaml)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+
+class Throughput(pl.Callback):
+    """Logs `train/tokens_per_sec`: the elements of the input batches (tokens, for text) that all
+    processes consume per second of training, validation pauses excluded."""
+
+    def __init__(self):
+        self.t0, self.count = None, 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.t0 is None:
+            self.t0, self.count = time.perf_counter(), 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.count += batch[0].numel() * trainer.world_size
+        if (trainer.global_step % trainer.log_every_n_steps == 0) or trainer.is_last_batch:
+            now = time.perf_counter()
+            pl_module.log("train/tokens_per_sec", self.count / (now - self.t0))
+            self.t0, self.count = now, 0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.t0 = None  # restart the clock after validation
+
+
+class TextSamples(pl.Callback):
+    """At the end of training, generates from `prompts` with the model's generation settings,
+    prints the samples, writes them to `<run dir>/samples.txt` and logs them as a wandb table.
+    Does nothing for models that cannot generate text."""
+
+    def __init__(self, prompts: list[str], seed: int = 0):
+        self.prompts, self.seed = prompts, seed
+
+    @torch.no_grad()
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        tokenizer = getattr(trainer.datamodule, "tokenizer", None)
+        if not trainer.is_global_zero or not hasattr(pl_module, "generate") or tokenizer is None:
+            return
+        was_training = pl_module.training
+        pl_module.eval()
+        g = torch.Generator(pl_module.device).manual_seed(self.seed)
+        rows = []
+        for prompt in self.prompts:
+            ids = torch.tensor([tokenizer.encode(prompt).ids], device=pl_module.device)
+            out = pl_module.generate(ids, generator=g)[0].tolist()
+            rows.append([prompt, tokenizer.decode(out[ids.size(1) :])])
+        pl_module.train(was_training)
+
+        console = Console()
+        for prompt, text in rows:
+            console.print(Panel(Text(prompt + text), title=f"sample | prompt {prompt!r}", expand=False))
+        with open(Path(trainer.default_root_dir) / "samples.txt", "w") as f:
+            f.writelines(f"=== prompt {p!r}\n{p}{t}\n" for p, t in rows)
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_text"):  # WandbLogger
+                logger.log_text("samples", columns=["prompt", "sample"], data=rows)

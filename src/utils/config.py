@@ -1,0 +1,60 @@
+"""Hydra/OmegaConf helpers: resolvers used by conf/, the printed config tree, instantiation."""
+
+from __future__ import annotations
+
+import netrc
+import os
+import secrets
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.tree import Tree
+
+
+def wandb_offline() -> bool:
+    """Log offline unless wandb can reach its server: an explicit WANDB_MODE wins, else online only
+    with an API key (environment or ~/.netrc from `wandb login`), so nothing waits on a network."""
+    mode = os.environ.get("WANDB_MODE")
+    if mode:
+        return mode in ("offline", "dryrun")
+    if os.environ.get("WANDB_API_KEY"):
+        return False
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is None
+    except (OSError, netrc.NetrcParseError):
+        return True
+
+
+def register_resolvers() -> None:
+    resolvers = {
+        "run_id": lambda: secrets.token_hex(3),  # cached: one id per run
+        "wandb_offline": wandb_offline,
+        "path_stem": lambda path, default: Path(path).stem if path else default,
+    }
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn, use_cache=name == "run_id")
+
+
+def print_config_tree(cfg: DictConfig, save_to: Path | None = None) -> None:
+    """Show the resolved config as a rich tree, one branch per config group, and save it."""
+    tree = Tree("config", guide_style="dim")
+    for key, value in cfg.items():
+        branch = tree.add(f"[bold]{key}")
+        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
+        branch.add(Syntax(text.rstrip(), "yaml", theme="ansi_dark"))
+    Console().print(tree)
+    if save_to is not None:
+        save_to.mkdir(parents=True, exist_ok=True)
+        (save_to / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        with open(save_to / "config_tree.log", "w") as f:
+            Console(file=f, width=120, color_system=None).print(tree)
+
+
+def instantiate_all(section: DictConfig | None) -> list:
+    """Instantiate every `_target_` entry of a group such as callbacks or logger."""
+    from hydra.utils import instantiate
+
+    return [instantiate(c) for c in (section or {}).values() if c and "_target_" in c]

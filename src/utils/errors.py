@@ -1,0 +1,30 @@
+"""Bad input gets one `error: ...` line on stderr and exit code 1, not a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+
+
+class PipelineError(Exception):
+    """A problem with the user's input or configuration, not a bug: missing or empty files, a
+    corpus shorter than one block, a checkpoint of another model, a loss that became NaN."""
+
+
+@contextlib.contextmanager
+def report_errors():
+    """Turn PipelineError (and config errors met while instantiating) into one line + exit 1."""
+    from hydra.errors import InstantiationException
+
+    try:
+        yield
+    except PipelineError as e:
+        message = str(e)
+    except InstantiationException as e:  # e.g. a misspelt argument of a model or data class
+        message = str(e).strip().splitlines()[-1].strip()
+    else:
+        return
+    logging.getLogger(__name__).debug("exiting on error", exc_info=True)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(1)
