@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test lint format bench clean
+.PHONY: install train test format repro bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(STAMP)
 format: $(STAMP)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+## the DVC pipeline (dvc.yaml): tokenise the default corpus, train GPT, write metrics and plots
+repro: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro
 
 bench: $(STAMP)
 	$(PY) bench/gpt_shakespeare.py $(ARGS)

@@ -20,7 +20,7 @@ def main(cfg: DictConfig) -> None:
     from src.utils.errors import report_errors
 
     with report_errors():
-        instantiate(cfg.data).prepare_data()
+        instantiate(cfg.data, _convert_="all").prepare_data()
 
 
 if __name__ == "__main__":

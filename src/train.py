@@ -33,7 +33,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         print_config_tree(cfg, save_to=run_dir)
     pl.seed_everything(cfg.seed, workers=True)
 
-    datamodule = instantiate(cfg.data)
+    datamodule = instantiate(cfg.data, _convert_="all")
     datamodule.prepare_data()  # the model's shape (e.g. vocabulary size) depends on the data
     model = instantiate(cfg.model, **datamodule.model_kwargs, _convert_="all")
     if cfg.ckpt_path:

@@ -149,8 +149,9 @@ def load_tokenizer(json_str: str):
 
 def encode_documents(tokenizer, docs: list[str]) -> np.ndarray:
     """One stream of ids, documents separated by EOS, tokenised by `datasets.map` in batches."""
-    from datasets import Dataset
+    from datasets import Dataset, disable_progress_bars
 
+    disable_progress_bars()
     eos = tokenizer.token_to_id(EOS)
     ds = Dataset.from_dict({"text": docs}).map(
         lambda b: {"ids": [e.ids + [eos] for e in tokenizer.encode_batch(b["text"])]},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import psutil
 import pytorch_lightning as pl
 import torch
 from rich.console import Console
@@ -14,12 +15,16 @@ from rich.text import Text
 
 class Throughput(pl.Callback):
     """Logs `train/tokens_per_sec`: the elements of the input batches (tokens, for text) that all
-    processes consume per second of training, validation pauses excluded."""
+    processes consume per second of training, validation pauses excluded; and once,
+    `train/startup_sec`: seconds from the start of the process to the first training step."""
 
     def __init__(self):
         self.t0, self.count = None, 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == 0 and batch_idx == 0:
+            started = psutil.Process().create_time()
+            pl_module.log("train/startup_sec", time.time() - started, on_step=True, on_epoch=False)
         if self.t0 is None:
             self.t0, self.count = time.perf_counter(), 0
 

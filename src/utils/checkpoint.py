@@ -21,7 +21,9 @@ def load_checkpoint(path: str | Path, expected_class: str | None = None) -> dict
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, not a checkpoint, or holds arbitrary objects
-        raise PipelineError(f"cannot read checkpoint {path}: {str(e).splitlines()[0]}") from None
+        lines = str(e).splitlines()
+        reason = next((ln.strip() for ln in lines if "Unsupported global" in ln), lines[0])
+        raise PipelineError(f"cannot read checkpoint {path}: {reason}") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise PipelineError(f"{path} is not a checkpoint of this pipeline")
     found = ckpt.get("model_class")

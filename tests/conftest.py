@@ -1,0 +1,47 @@
+"""Shared fixtures: paths to the repository and the shared datasets, and a runner for the
+entry points in a subprocess (as a user runs them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = (ROOT / ".." / "shared" / "data").resolve()
+SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
+
+
+@pytest.fixture(scope="session")
+def shakespeare() -> Path:
+    if not SHAKESPEARE.exists():
+        pytest.skip(f"shared dataset missing: {SHAKESPEARE}")
+    return SHAKESPEARE
+
+
+def run_module(module: str, *overrides: str, env: dict | None = None, cwd: Path = ROOT,
+               timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m module overrides...` with wandb kept offline and inside the test's folders."""
+    full_env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", **(env or {})}
+    full_env = {k: v for k, v in full_env.items() if v is not None}
+    return subprocess.run(
+        [sys.executable, "-m", module, *overrides],
+        cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+# A few seconds of training on tiny Shakespeare: 2 epochs of 5 steps, validation on 4 batches.
+FAST = [
+    "experiment=gpt_shakespeare_char",
+    "trainer.max_steps=10",
+    "data.steps_per_epoch=5",
+    "trainer.limit_val_batches=4",
+    "trainer.log_every_n_steps=1",
+    "model.net.n_layer=2",
+    "model.net.d_model=32",
+    "model.generation.max_new_tokens=20",
+    "callbacks.progress_bar.refresh_rate=0",
+]

@@ -1,0 +1,54 @@
+"""`dvc repro` on a fresh copy of the project runs both stages; a second `dvc repro` does nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT
+
+
+def _copy_project(dest: Path) -> None:
+    """The tracked and untracked-but-not-ignored files, as a fresh clone would have them."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split("\0")  # fmt: skip
+    for f in filter(None, files):
+        if (ROOT / f).is_file():
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, dest / f)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=dest, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-qm", "clone"], cwd=dest, check=True)
+
+
+def test_dvc_repro_runs_then_is_a_noop(tmp_path):
+    _copy_project(tmp_path)
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["gpt"].update(max_steps=6, steps_per_epoch=3, limit_val_batches=2)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "WANDB_MODE": "offline"}
+    dvc = [str(bin_dir / "dvc"), "repro"]
+
+    first = subprocess.run(dvc, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "Running stage 'prepare_text'" in first.stdout
+    assert "Running stage 'train_gpt'" in first.stdout
+    metrics = json.loads((tmp_path / "outputs/dvc/train_gpt/metrics.json").read_text())
+    assert {"train/loss", "val/loss", "test/loss"} <= metrics.keys()
+    assert (tmp_path / "outputs/dvc/train_gpt/csv/metrics.csv").exists()
+    assert (tmp_path / "dvc.lock").exists()
+
+    second = subprocess.run(dvc, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "Running stage" not in second.stdout
+    assert "up to date" in second.stdout
