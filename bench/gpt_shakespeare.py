@@ -40,7 +40,11 @@ def run_pipeline(data: Path, max_steps: int, run_dir: Path) -> dict:
     subprocess.run(cmd, cwd=ROOT, check=True)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     with open(run_dir / "csv" / "metrics.csv") as f:
-        rates = [float(r["train/tokens_per_sec"]) for r in csv.DictReader(f) if r.get("train/tokens_per_sec")]
+        rates = [
+            float(r["train/tokens_per_sec"])
+            for r in csv.DictReader(f)
+            if r.get("train/tokens_per_sec")
+        ]
     metrics["tokens_per_sec_median"] = statistics.median(rates[1:])  # first window holds warm-up
     return metrics
 
@@ -118,11 +122,15 @@ def main() -> None:
         "startup_sec": round(pipe["train/startup_sec"], 2),
         "torch_threads": __import__("torch").get_num_threads(),
     }
-    print(f"val loss @ {args.max_steps} steps: {result['val_loss']:.4f}   "
-          f"(nanoGPT {REF_VAL_LOSS}, target <= {TARGET_VAL_LOSS})")  # fmt: skip
-    print(f"tokens/s pipeline: {result['tokens_per_sec_pipeline']:,}   bare loop: "
-          f"{result['tokens_per_sec_bare_loop']:,}   ratio {ratio:.3f} (target >= {TARGET_RATIO})   "
-          f"nanoGPT ~{REF_TOKENS_PER_SEC:,}")  # fmt: skip
+    print(
+        f"val loss @ {args.max_steps} steps: {result['val_loss']:.4f}   "
+        f"(nanoGPT {REF_VAL_LOSS}, target <= {TARGET_VAL_LOSS})"
+    )
+    print(
+        f"tokens/s pipeline: {result['tokens_per_sec_pipeline']:,}   "
+        f"bare loop: {result['tokens_per_sec_bare_loop']:,}   "
+        f"ratio {ratio:.3f} (target >= {TARGET_RATIO})   nanoGPT ~{REF_TOKENS_PER_SEC:,}"
+    )
     print(f"command to first training step: {result['startup_sec']} s")
     print(json.dumps(result))
 

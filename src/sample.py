@@ -1,9 +1,9 @@
 """Generate text from a trained GPT checkpoint; samples go to stdout.
 
-    python -m src.sample ckpt=outputs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:"
-    python -m src.sample ckpt=... strategy=greedy max_new_tokens=100
-    python -m src.sample ckpt=... strategy=sample temperature=0.8 top_k=40 top_p=0.95
-    python -m src.sample ckpt=... strategy=beam beam_width=8 length_penalty=0.7
+python -m src.sample ckpt=outputs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:"
+python -m src.sample ckpt=... strategy=greedy max_new_tokens=100
+python -m src.sample ckpt=... strategy=sample temperature=0.8 top_k=40 top_p=0.95
+python -m src.sample ckpt=... strategy=beam beam_width=8 length_penalty=0.7
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Train and test one model on one dataset, as composed by Hydra from conf/.
 
-    python -m src.train model=gpt data=text
-    python -m src.train experiment=gpt_shakespeare_char trainer=ddp_cpu logger=many
-    python -m src.train --help                     # config groups and options
+python -m src.train model=gpt data=text
+python -m src.train experiment=gpt_shakespeare_char trainer=ddp_cpu logger=many
+python -m src.train --help                     # config groups and options
 """
 
 from __future__ import annotations

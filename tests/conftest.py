@@ -22,8 +22,9 @@ def shakespeare() -> Path:
     return SHAKESPEARE
 
 
-def run_module(module: str, *overrides: str, env: dict | None = None, cwd: Path = ROOT,
-               timeout: int = 600) -> subprocess.CompletedProcess:
+def run_module(
+    module: str, *overrides: str, env: dict | None = None, cwd: Path = ROOT, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """`python -m module overrides...` with wandb kept offline and inside the test's folders."""
     full_env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", **(env or {})}
     full_env = {k: v for k, v in full_env.items() if v is not None}

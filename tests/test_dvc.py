@@ -1,4 +1,4 @@
-"""`dvc repro` on a fresh copy of the project runs both stages; a second `dvc repro` does nothing."""
+"""`dvc repro` on a fresh copy of the project runs both stages; a second one does nothing."""
 
 from __future__ import annotations
 

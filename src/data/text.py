@@ -184,7 +184,7 @@ def prepare_corpus(
     meta_path = out_dir / "meta.json"
     if meta_path.exists() and json.loads(meta_path.read_text()).get("fingerprint") == fingerprint:
         return
-    if abs(sum(splits) - 1) > 1e-6 or splits[0] <= 0 or splits[1] <= 0:
+    if abs(sum(splits) - 1) > 1e-6 or splits[0] <= 0 or splits[1] <= 0 or splits[2] < 0:
         raise PipelineError(f"data.splits={list(splits)} must be positive train/val and sum to 1")
 
     log.info("tokenising %d file(s) with the %s tokenizer -> %s", len(files), tokenizer, out_dir)
@@ -196,10 +196,11 @@ def prepare_corpus(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
     try:
-        bounds = np.cumsum([0, *splits])
+        # the last cut is the stream's end: float sums such as 0.7 + 0.2 + 0.1 fall short of 1
+        cuts = [int(b * len(ids)) for b in np.cumsum([0, *splits])[:-1]] + [len(ids)]
         sizes = {}
-        for name, lo, hi in zip(SPLITS, bounds[:-1], bounds[1:], strict=True):
-            part = ids[int(lo * len(ids)) : int(hi * len(ids))]
+        for name, lo, hi in zip(SPLITS, cuts[:-1], cuts[1:], strict=True):
+            part = ids[lo:hi]
             part.astype(dtype).tofile(tmp / f"{name}.bin")
             sizes[name] = len(part)
         tok.save(str(tmp / "tokenizer.json"))
@@ -253,25 +254,26 @@ def _identity(batch):
 
 
 class RandomWindowSampler(Sampler[int]):
-    """`num_samples` random window offsets per epoch, a pure function of (seed, epoch, rank), so
-    that a run resumed from an epoch-end checkpoint sees the same data as an uninterrupted one.
-    Under DDP each rank takes every world_size-th offset of one shared draw."""
+    """Random window offsets, `batches` batches of `batch_size` per epoch, drawn as a pure
+    function of (seed, epoch) where the epoch follows from the trainer's step count when the
+    epoch's iteration starts. A resumed run therefore sees exactly the batches the uninterrupted
+    run would have seen (batches already used in a partly finished epoch are skipped).
+    Under DDP each rank takes every world-th offset of one shared draw."""
 
-    def __init__(self, n_starts: int, num_samples: int, seed: int, rank: int = 0, world: int = 1):
-        self.n_starts, self.num_samples = n_starts, num_samples
+    def __init__(self, n_starts: int, batches: int, batch_size: int, seed: int,
+                 rank: int = 0, world: int = 1, batches_done=lambda: 0):  # fmt: skip
+        self.n_starts, self.batches, self.batch_size = n_starts, batches, batch_size
         self.seed, self.rank, self.world = seed, rank, world
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:  # Lightning calls this at the start of each epoch
-        self.epoch = epoch
+        self.batches_done = batches_done  # () -> batches this process has trained on so far
 
     def __len__(self) -> int:
-        return self.num_samples
+        return self.batches * self.batch_size
 
     def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        draw = torch.randint(self.n_starts, (self.num_samples * self.world,), generator=g)
-        return iter(draw[self.rank :: self.world].tolist())
+        epoch, done = divmod(self.batches_done(), self.batches)
+        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        draw = torch.randint(self.n_starts, (len(self) * self.world,), generator=g)
+        return iter(draw[self.rank :: self.world][done * self.batch_size :].tolist())
 
 
 class TextDataModule(pl.LightningDataModule):
@@ -352,9 +354,15 @@ class TextDataModule(pl.LightningDataModule):
         hp, ds = self.hparams, self.splits["train"]
         rank, world = self._rank_world()
         sampler = RandomWindowSampler(
-            ds.n_starts, hp.steps_per_epoch * hp.batch_size, hp.seed, rank, world
-        )
+            ds.n_starts, hp.steps_per_epoch, hp.batch_size, hp.seed, rank, world,
+            batches_done=self._batches_done,
+        )  # fmt: skip
         return self._loader(ds, sampler)
+
+    def _batches_done(self) -> int:
+        """Training batches consumed so far; restored from the checkpoint on resume."""
+        t = self.trainer
+        return t.global_step * t.accumulate_grad_batches if t is not None else 0
 
     def _eval_loader(self, split: str) -> DataLoader:
         ds = self.splits[split]

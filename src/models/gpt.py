@@ -38,7 +38,9 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_enc = positional_encoding(cfg.pos_encoding, cfg.d_model, cfg.block_size, cfg.pos_base)
+        self.pos_enc = positional_encoding(
+            cfg.pos_encoding, cfg.d_model, cfg.block_size, cfg.pos_base
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.transformer = Transformer(cfg)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -94,7 +96,9 @@ class GPTLitModule(pl.LightningModule):
         self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
 
     def configure_model(self) -> None:
-        if self.hparams.compile and not isinstance(self.net.transformer, torch._dynamo.OptimizedModule):
+        if self.hparams.compile and not isinstance(
+            self.net.transformer, torch._dynamo.OptimizedModule
+        ):
             self.net.transformer = torch.compile(self.net.transformer)
 
     def forward(self, idx: Tensor) -> Tensor:
@@ -166,4 +170,3 @@ def warmup_cosine(warmup: int, decay: int, min_ratio: float):
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return f
-

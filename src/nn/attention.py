@@ -39,8 +39,9 @@ def build_attention_mask(
     return mask
 
 
-def naive_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                    dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
+def naive_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
     """The reference path: softmax(Q K^T / sqrt(D_k)) V, written out as in eq. (12.14).
 
     q: (B, H, T_q, D_k), k: (B, H, T_k, D_k), v: (B, H, T_k, D_v) -> ((B, H, T_q, D_v), A)
@@ -63,8 +64,14 @@ class MultiHeadAttention(nn.Module):
     flash / memory-efficient kernels); `naive=True` or `need_weights=True` takes the reference path.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
-                 naive: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        naive: bool = False,
+    ):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
@@ -97,15 +104,25 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         if self.naive or need_weights:
-            mask = build_attention_mask(q.size(2), k.size(2), causal=causal,
-                                        key_padding_mask=key_padding_mask, device=x.device)
+            mask = build_attention_mask(
+                q.size(2),
+                k.size(2),
+                causal=causal,
+                key_padding_mask=key_padding_mask,
+                device=x.device,
+            )
             y, weights = naive_attention(q, k, v, mask, dropout_p)
         elif key_padding_mask is None and (not causal or q.size(2) == k.size(2)):
             # is_causal lets SDPA pick a kernel that skips the masked half instead of reading a mask
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
         else:
-            mask = build_attention_mask(q.size(2), k.size(2), causal=causal,
-                                        key_padding_mask=key_padding_mask, device=x.device)
+            mask = build_attention_mask(
+                q.size(2),
+                k.size(2),
+                causal=causal,
+                key_padding_mask=key_padding_mask,
+                device=x.device,
+            )
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(x.size(0), x.size(1), -1)  # concatenate heads: (B, T_q, D)
         return self.w_o(y), weights

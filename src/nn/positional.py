@@ -11,7 +11,8 @@ from torch import Tensor, nn
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed encoding of eq. (12.25): r_ni = sin(n / L^(i/D)) for even i, cos(n / L^((i-1)/D)) for odd i.
+    """Fixed encoding of eq. (12.25): r_ni = sin(n / L^(i/D)) for even i and
+    r_ni = cos(n / L^((i-1)/D)) for odd i.
 
     The wavelengths form a geometric progression from 2π to L·2π; the book (and Vaswani et al.) use
     L = 10000. Not learned, so it is a buffer: it moves with the module but gets no gradient.
@@ -42,7 +43,9 @@ class LearnedPositionalEncoding(nn.Module):
         return self.embedding(positions)
 
 
-def positional_encoding(kind: str, d_model: int, max_len: int, base: float = 10000.0) -> nn.Module | None:
+def positional_encoding(
+    kind: str, d_model: int, max_len: int, base: float = 10000.0
+) -> nn.Module | None:
     """Factory for config files: kind is "sinusoidal", "learned" or "none"."""
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, max_len, base)

@@ -36,7 +36,9 @@ class TransformerConfig:
 class MLP(nn.Sequential):
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float, bias: bool):
         if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+            raise ValueError(
+                f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}"
+            )
         super().__init__(
             nn.Linear(d_model, d_ff, bias=bias),
             ACTIVATIONS[activation](),
@@ -52,11 +54,15 @@ class TransformerLayer(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(d, cfg.n_head, cfg.dropout, cfg.bias, cfg.naive_attention)
+        self.self_attn = MultiHeadAttention(
+            d, cfg.n_head, cfg.dropout, cfg.bias, cfg.naive_attention
+        )
         self.norm1 = nn.LayerNorm(d, bias=cfg.bias)
         self.cross_attn = self.norm_cross = None
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d, cfg.n_head, cfg.dropout, cfg.bias, cfg.naive_attention)
+            self.cross_attn = MultiHeadAttention(
+                d, cfg.n_head, cfg.dropout, cfg.bias, cfg.naive_attention
+            )
             self.norm_cross = nn.LayerNorm(d, bias=cfg.bias)
         self.mlp = MLP(d, cfg.d_ff or 4 * d, cfg.activation, cfg.dropout, cfg.bias)
         self.norm2 = nn.LayerNorm(d, bias=cfg.bias)
@@ -77,11 +83,21 @@ class TransformerLayer(nn.Module):
         context_padding_mask: Tensor | None = None,
     ) -> Tensor:
         """x: (B, T, D) -> (B, T, D); context: (B, T_enc, D) for cross-attention."""
-        x = self._residual(x, self.norm1, lambda h: self.dropout(
-            self.self_attn(h, causal=causal, key_padding_mask=key_padding_mask)[0]))
+        x = self._residual(
+            x,
+            self.norm1,
+            lambda h: self.dropout(
+                self.self_attn(h, causal=causal, key_padding_mask=key_padding_mask)[0]
+            ),
+        )
         if self.cross_attn is not None:
-            x = self._residual(x, self.norm_cross, lambda h: self.dropout(
-                self.cross_attn(h, context, key_padding_mask=context_padding_mask)[0]))
+            x = self._residual(
+                x,
+                self.norm_cross,
+                lambda h: self.dropout(
+                    self.cross_attn(h, context, key_padding_mask=context_padding_mask)[0]
+                ),
+            )
         return self._residual(x, self.norm2, self.mlp)
 
 
@@ -94,7 +110,9 @@ class Transformer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig, cross_attention: bool = False):
         super().__init__()
-        self.layers = nn.ModuleList(TransformerLayer(cfg, cross_attention) for _ in range(cfg.n_layer))
+        self.layers = nn.ModuleList(
+            TransformerLayer(cfg, cross_attention) for _ in range(cfg.n_layer)
+        )
         self.norm = nn.LayerNorm(cfg.d_model, bias=cfg.bias) if cfg.norm_first else nn.Identity()
 
     def forward(self, x: Tensor, **kwargs) -> Tensor:  # (B, T, D) -> (B, T, D)

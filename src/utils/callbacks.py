@@ -64,7 +64,9 @@ class TextSamples(pl.Callback):
 
         console = Console()
         for prompt, text in rows:
-            console.print(Panel(Text(prompt + text), title=f"sample | prompt {prompt!r}", expand=False))
+            console.print(
+                Panel(Text(prompt + text), title=f"sample | prompt {prompt!r}", expand=False)
+            )
         with open(Path(trainer.default_root_dir) / "samples.txt", "w") as f:
             f.writelines(f"=== prompt {p!r}\n{p}{t}\n" for p, t in rows)
         for logger in trainer.loggers:

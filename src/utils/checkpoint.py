@@ -1,4 +1,5 @@
-"""Checkpoints are read with `weights_only=True` (no pickled code runs) and checked for their model."""
+"""Checkpoints are read with `weights_only=True` (no pickled code runs) and checked for the model
+they hold."""
 
 from __future__ import annotations
 

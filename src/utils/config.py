@@ -41,10 +41,9 @@ def register_resolvers() -> None:
 def print_config_tree(cfg: DictConfig, save_to: Path | None = None) -> None:
     """Show the resolved config as a rich tree, one branch per config group, and save it."""
     tree = Tree("config", guide_style="dim")
-    for key, value in cfg.items():
-        branch = tree.add(f"[bold]{key}")
-        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
-        branch.add(Syntax(text.rstrip(), "yaml", theme="ansi_dark"))
+    for key, value in OmegaConf.to_container(cfg, resolve=True).items():
+        text = OmegaConf.to_yaml(value) if isinstance(value, (dict, list)) else str(value)
+        tree.add(f"[bold]{key}").add(Syntax(text.rstrip(), "yaml", theme="ansi_dark"))
     Console().print(tree)
     if save_to is not None:
         save_to.mkdir(parents=True, exist_ok=True)
