@@ -150,7 +150,7 @@ class GPTLitModule(pl.LightningModule):
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
+        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), fused=True)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, warmup_cosine(o["warmup_steps"], o["decay_steps"], o["min_lr"] / o["lr"])
         )
