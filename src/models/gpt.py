@@ -118,6 +118,7 @@ class GPTLitModule(pl.LightningModule):
             )
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/ppl", loss.exp())
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:

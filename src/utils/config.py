@@ -22,9 +22,10 @@ def wandb_offline() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return False
     try:
-        return netrc.netrc().authenticators("api.wandb.ai") is None
+        auth = netrc.netrc().authenticators("api.wandb.ai")
     except (OSError, netrc.NetrcParseError):
         return True
+    return not (auth and auth[2])  # an entry without a password is no key
 
 
 def register_resolvers() -> None:

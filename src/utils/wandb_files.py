@@ -45,7 +45,7 @@ def offline_runs(wandb_parent: Path) -> list[Path]:
     return sorted((Path(wandb_parent) / "wandb").glob("offline-run-*"))
 
 
-def inspect(path: Path, *, summary: bool = False, env: dict[str, str] | None = None) -> str:
+def leet_inspect(path: Path, *, summary: bool = False, env: dict[str, str] | None = None) -> str:
     """stdout of `wandb leet inspect --json [--summary] PATH`; raises when the CLI fails.
 
     The CLI is kept offline (no telemetry to a server) whatever the caller's WANDB_MODE is.
@@ -64,13 +64,13 @@ def inspect(path: Path, *, summary: bool = False, env: dict[str, str] | None = N
 
 def records(path: Path, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The records of the run's .wandb log, each as {"num", "type", <type>: {...}}."""
-    return [json.loads(line) for line in inspect(path, env=env).splitlines() if line.strip()]
+    return [json.loads(line) for line in leet_inspect(path, env=env).splitlines() if line.strip()]
 
 
 def read_offline_run(path: Path, env: dict[str, str] | None = None) -> OfflineRun:
     """Read an offline run folder (or its .wandb file) through the wandb CLI."""
     path = Path(path)
-    info = json.loads(inspect(path, summary=True, env=env))
+    info = json.loads(leet_inspect(path, summary=True, env=env))
     recs = records(path, env=env)
     run_records = [r["run"] for r in recs if r.get("type") == "run"]
     if not run_records:
