@@ -57,6 +57,7 @@ def test_run_directory_holds_config_metrics_checkpoints_samples(trained):
     assert len(list((trained / "checkpoints").glob("best-*.ckpt"))) == 1
     assert (trained / "csv" / "metrics.csv").exists()
     assert "ROMEO:" in (trained / "samples.txt").read_text()
+    assert (trained / "attention.png").stat().st_size > 10_000  # layers x heads heat maps
 
 
 def test_checkpoint_loads_with_weights_only(trained):

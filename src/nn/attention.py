@@ -10,6 +10,7 @@ One attention core serves every Transformer in the project: GPT (causal self-att
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -82,6 +83,7 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
         self.naive = naive
+        self.record = False  # set by record_attention(): also return the weights
 
     def _split_heads(self, x: Tensor) -> Tensor:  # (B, T, D) -> (B, H, T, D_k)
         b, t, _ = x.shape
@@ -103,7 +105,7 @@ class MultiHeadAttention(nn.Module):
         v = self._split_heads(self.w_v(kv))
         dropout_p = self.dropout if self.training else 0.0
         weights = None
-        if self.naive or need_weights:
+        if self.naive or need_weights or self.record:
             mask = build_attention_mask(
                 q.size(2),
                 k.size(2),
@@ -126,3 +128,20 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(x.size(0), x.size(1), -1)  # concatenate heads: (B, T_q, D)
         return self.w_o(y), weights
+
+
+@contextlib.contextmanager
+def record_attention(model: nn.Module):
+    """Collect the attention weights (B, H, T_q, T_k) of every MultiHeadAttention in `model`,
+    in call order, for the forward passes run inside the block (for attention-map plots)."""
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    maps: list[Tensor] = []
+    handles = [m.register_forward_hook(lambda mod, args, out: maps.append(out[1])) for m in layers]
+    for m in layers:
+        m.record = True
+    try:
+        yield maps
+    finally:
+        for m, h in zip(layers, handles, strict=True):
+            m.record = False
+            h.remove()

@@ -72,3 +72,56 @@ class TextSamples(pl.Callback):
         for logger in trainer.loggers:
             if hasattr(logger, "log_text"):  # WandbLogger
                 logger.log_text("samples", columns=["prompt", "sample"], data=rows)
+
+
+class AttentionMaps(pl.Callback):
+    """After each validation, plots the attention weights of every layer and head for the first
+    `tokens` tokens of the validation split: `<run dir>/attention.png`, and an image in wandb.
+    Does nothing for models without MultiHeadAttention."""
+
+    def __init__(self, tokens: int = 24):
+        self.tokens = tokens
+
+    @torch.no_grad()
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from src.nn.attention import record_attention
+
+        tokenizer = getattr(trainer.datamodule, "tokenizer", None)
+        if trainer.sanity_checking or not trainer.is_global_zero or tokenizer is None:
+            return
+        x, _ = next(iter(trainer.datamodule.val_dataloader()))
+        x = x[:1, : self.tokens].to(pl_module.device)  # (1, T)
+        with record_attention(pl_module) as maps:
+            pl_module(x)
+        if not maps:
+            return
+        labels = [tokenizer.id_to_token(i) for i in x[0].tolist()]
+        path = Path(trainer.default_root_dir) / "attention.png"
+        plot_attention([m[0].float().cpu() for m in maps], labels, path, trainer.global_step)
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_image"):  # WandbLogger
+                logger.log_image("val/attention", [str(path)], step=trainer.global_step)
+
+
+def plot_attention(maps: list[torch.Tensor], labels: list[str], path: Path, step: int) -> None:
+    """maps: one (H, T, T) tensor per layer -> a layers x heads grid of heat maps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_layers, n_heads = len(maps), maps[0].size(0)
+    fig, axes = plt.subplots(
+        n_layers, n_heads, figsize=(2.2 * n_heads, 2.2 * n_layers), squeeze=False
+    )
+    ticks = [repr(t)[1:-1] for t in labels]  # show "\n" and spaces visibly
+    for layer, heads in enumerate(maps):
+        for h, ax in enumerate(axes[layer]):
+            ax.imshow(heads[h], cmap="viridis", vmin=0, vmax=1)
+            ax.set_xticks(range(len(ticks)), ticks, fontsize=4, rotation=90)
+            ax.set_yticks(range(len(ticks)), ticks, fontsize=4)
+            ax.set_title(f"layer {layer + 1}, head {h + 1}", fontsize=6)
+    fig.suptitle(f"attention weights (rows: queries, columns: keys), step {step}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
