@@ -5,7 +5,8 @@
 1. Trains `experiment=gpt_shakespeare_char` with `python -m src.train` (Lightning, CSV logging,
    checkpoints, validation on the whole val split every 250 steps) and reads its metrics.
 2. Times a bare PyTorch loop (same model, data loader, optimiser, clipping and schedule; no
-   Lightning) in the same process run, for the pipeline's overhead.
+   Lightning) right before and right after, for the pipeline's overhead: the ratio of medians
+   of 10-step windows, so that a passing load on the machine does not favour either side.
 Prints val loss, tokens/s of both, startup time and the references; the last line is JSON.
 
 References (measured on this kind of machine, 2 threads, nanoGPT's train.py with these settings):
@@ -49,8 +50,8 @@ def run_pipeline(data: Path, max_steps: int, run_dir: Path) -> dict:
     return metrics
 
 
-def bare_loop(data: Path, steps: int, window: int = 10) -> float:
-    """The same training step without Lightning; returns the median tokens/s over windows."""
+def bare_loop(data: Path, steps: int, window: int = 10) -> list[float]:
+    """The same training step without Lightning; returns tokens/s of each window of steps."""
     import torch
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
@@ -91,7 +92,7 @@ def bare_loop(data: Path, steps: int, window: int = 10) -> float:
                 t0 = now
             if step == steps:
                 break
-    return statistics.median(rates[1:])
+    return rates[1:]  # the first window holds warm-up
 
 
 def main() -> None:
@@ -105,8 +106,9 @@ def main() -> None:
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
 
+    before = bare_loop(data, args.bare_steps)
     pipe = run_pipeline(data, args.max_steps, args.out.resolve())
-    bare = bare_loop(data, args.bare_steps)
+    bare = statistics.median(before + bare_loop(data, args.bare_steps))
     ratio = pipe["tokens_per_sec_median"] / bare
     result = {
         "bench": "gpt_shakespeare_char",
