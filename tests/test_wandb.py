@@ -7,6 +7,7 @@ The offline run is read back with wandb's CLI, `wandb leet inspect --json [--sum
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from src.utils import config
 from src.utils.config import wandb_offline
 from src.utils.wandb_files import OfflineRun, offline_runs, read_offline_run
 
@@ -104,6 +106,7 @@ def test_logged_metrics_match_metrics_json(wandb_run):
     assert len(run.logged("val/loss")) == 2  # steps_per_epoch=10 → 2 epochs
     steps = run.logged("trainer/global_step")
     assert steps == sorted(steps) and steps[-1] == 19
+    assert len(run.logged("val/attention")) == 2  # the attention-map image of each validation
 
 
 def test_run_name_group_and_tags(wandb_run):
@@ -156,6 +159,12 @@ def bare_env(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def server_up(monkeypatch) -> None:
+    """Pretend the wandb server answers: the tests have no network."""
+    monkeypatch.setattr(config.socket, "create_connection", lambda *a, **k: io.BytesIO())
+
+
 def _write_netrc(home: Path, text: str) -> None:
     path = home / ".netrc"
     path.write_text(text)
@@ -177,12 +186,23 @@ def test_wandb_offline_without_any_key(bare_env):
     assert wandb_offline() is True
 
 
-def test_wandb_offline_with_api_key_env(bare_env, monkeypatch):
+def test_wandb_offline_with_api_key_env(bare_env, monkeypatch, server_up):
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     assert wandb_offline() is False
 
 
-def test_wandb_offline_empty_mode_is_unset(bare_env, monkeypatch):
+def test_wandb_offline_with_api_key_but_no_network(bare_env, monkeypatch):
+    """A key is not enough: a server that does not answer within a second means offline."""
+
+    def unreachable(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(config.socket, "create_connection", unreachable)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_offline() is True
+
+
+def test_wandb_offline_empty_mode_is_unset(bare_env, monkeypatch, server_up):
     monkeypatch.setenv("WANDB_MODE", "")
     assert wandb_offline() is True
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
@@ -197,6 +217,6 @@ def test_wandb_offline_empty_mode_is_unset(bare_env, monkeypatch):
         ("bogus api.wandb.ai\n", True),  # malformed: offline rather than an error
     ],
 )
-def test_wandb_offline_reads_netrc(bare_env, netrc, offline):
+def test_wandb_offline_reads_netrc(bare_env, netrc, offline, server_up):
     _write_netrc(bare_env, netrc)
     assert wandb_offline() is offline

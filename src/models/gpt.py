@@ -116,9 +116,12 @@ class GPTLitModule(pl.LightningModule):
                 f"training loss became {loss.item()} at step {self.global_step}; "
                 "lower model.optim.lr or check the data"
             )
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/ppl", loss.exp())
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        # each self.log costs ~0.3 ms, 1% of a small model's step: log on the steps the loggers
+        # write (every trainer.log_every_n_steps); the progress bar shows the latest values
+        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
+            self.log("train/loss", loss, prog_bar=True)
+            self.log("train/ppl", loss.exp())
+            self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
@@ -145,13 +148,7 @@ class GPTLitModule(pl.LightningModule):
 
     def configure_optimizers(self):
         o = self.hparams.optim
-        # decay matrices only: biases, LayerNorm gains and positions are not regularised toward 0
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), fused=True)
+        opt = adamw(self, o)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, warmup_cosine(o["warmup_steps"], o["decay_steps"], o["min_lr"] / o["lr"])
         )
@@ -159,6 +156,17 @@ class GPTLitModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["model_class"] = class_path(self)
+
+
+def adamw(model: nn.Module, o: dict) -> torch.optim.AdamW:
+    """AdamW that decays matrices only: biases, LayerNorm gains and the like are not pulled
+    toward 0 (nanoGPT's and GPT-2's choice)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), fused=True)
 
 
 def warmup_cosine(warmup: int, decay: int, min_ratio: float):

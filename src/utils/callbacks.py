@@ -100,7 +100,7 @@ class AttentionMaps(pl.Callback):
         plot_attention([m[0].float().cpu() for m in maps], labels, path, trainer.global_step)
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):  # WandbLogger
-                logger.log_image("val/attention", [str(path)], step=trainer.global_step)
+                logger.log_image("val/attention", [str(path)])
 
 
 def plot_attention(maps: list[torch.Tensor], labels: list[str], path: Path, step: int) -> None:

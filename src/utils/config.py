@@ -5,7 +5,9 @@ from __future__ import annotations
 import netrc
 import os
 import secrets
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -14,18 +16,25 @@ from rich.tree import Tree
 
 
 def wandb_offline() -> bool:
-    """Log offline unless wandb can reach its server: an explicit WANDB_MODE wins, else online only
-    with an API key (environment or ~/.netrc from `wandb login`), so nothing waits on a network."""
+    """Log offline unless wandb can reach its server: an explicit WANDB_MODE wins; otherwise online
+    only with an API key (environment, or ~/.netrc from `wandb login`) and a server that answers
+    within a second, so that a run never waits on a missing network."""
     mode = os.environ.get("WANDB_MODE")
     if mode:
         return mode in ("offline", "dryrun")
-    if os.environ.get("WANDB_API_KEY"):
-        return False
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    if not os.environ.get("WANDB_API_KEY"):
+        try:
+            auth = netrc.netrc().authenticators(host)
+        except (OSError, netrc.NetrcParseError):
+            return True
+        if not (auth and auth[2]):  # an entry without a password is no key
+            return True
     try:
-        auth = netrc.netrc().authenticators("api.wandb.ai")
-    except (OSError, netrc.NetrcParseError):
+        socket.create_connection((host, 443), timeout=1).close()
+    except OSError:
         return True
-    return not (auth and auth[2])  # an entry without a password is no key
+    return False
 
 
 def register_resolvers() -> None:

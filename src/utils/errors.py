@@ -21,8 +21,9 @@ def report_errors():
         yield
     except PipelineError as e:
         message = str(e)
-    except InstantiationException as e:  # e.g. a misspelt argument of a model or data class
-        message = str(e).strip().splitlines()[-1].strip()
+    except InstantiationException as e:  # e.g. a misspelt argument, or settings that clash
+        lines = [ln.strip() for ln in str(e).strip().splitlines()]
+        message = " ".join(ln for ln in lines if ln and not ln.startswith("full_key:"))
     else:
         return
     logging.getLogger(__name__).debug("exiting on error", exc_info=True)
