@@ -223,3 +223,19 @@ def test_nan_loss_stops_with_one_line_and_keeps_earlier_files(tmp_path, shakespe
     _one_error_line(proc, "error: training loss became nan")
     assert (run_dir / "config.yaml").exists()
     assert (run_dir / "checkpoints" / "last.ckpt").exists()  # the epoch-1 checkpoint survives
+
+
+def test_bf16_mixed_precision_switch(tmp_path, shakespeare):
+    """trainer.precision=bf16-mixed runs the same pipeline under autocast (CPU here)."""
+    proc = _train(tmp_path, shakespeare, "trainer.precision=bf16-mixed", "logger=none")
+    _ok(proc)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert math.isfinite(metrics["val/loss"])
+
+
+@pytest.mark.slow
+def test_torch_compile_switch(tmp_path, shakespeare):
+    """model.compile=true compiles the Transformer stack (minutes on 2 CPU cores)."""
+    proc = _train(tmp_path, shakespeare, "model.compile=true", "logger=none")
+    _ok(proc)
+    assert math.isfinite(json.loads((tmp_path / "metrics.json").read_text())["val/loss"])
