@@ -166,7 +166,7 @@ def adamw(model: nn.Module, o: dict) -> torch.optim.AdamW:
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), fused=True)
+    return torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
 
 
 def warmup_cosine(warmup: int, decay: int, min_ratio: float):
