@@ -15,6 +15,24 @@ SHARED = (ROOT / ".." / "shared" / "data").resolve()
 SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
 
 
+@pytest.fixture
+def seeded() -> None:
+    import torch
+
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids thread-pool stalls when the CPUs are busy."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def shakespeare() -> Path:
     if not SHAKESPEARE.exists():

@@ -23,18 +23,7 @@ TOL = dict(atol=1e-10, rtol=1e-8)
 POOLS = (global_add_pool, global_mean_pool, global_max_pool)
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    torch.manual_seed(0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids thread-pool stalls when the CPUs are busy."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("seeded", "one_thread")
 
 
 def random_graph(n: int = N, p: float = 0.5) -> Tensor:

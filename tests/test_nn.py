@@ -22,18 +22,7 @@ D, H, B, T = 16, 4, 3, 6
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    torch.manual_seed(0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids thread-pool stalls when the CPUs are busy."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("seeded", "one_thread")
 
 
 def make_mha(**kw) -> MultiHeadAttention:
@@ -406,7 +395,7 @@ def test_mlp_width_and_activation() -> None:
     mlp = TransformerLayer(TransformerConfig(d_model=D, n_head=H, d_ff=24)).mlp
     assert mlp[0].out_features == 24 and mlp[2].in_features == 24
     with pytest.raises(ValueError, match="unknown activation"):
-        TransformerLayer(TransformerConfig(d_model=D, n_head=H, activation="tanh"))
+        TransformerLayer(TransformerConfig(d_model=D, n_head=H, activation="swishy"))
 
 
 # --- 8. GPT --------------------------------------------------------------------------------

@@ -22,20 +22,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_remaining_self_loops, degree, scatter, softmax
 
-ACTIVATIONS = {
-    "relu": nn.ReLU,
-    "gelu": nn.GELU,
-    "silu": nn.SiLU,
-    "tanh": nn.Tanh,
-    "sigmoid": nn.Sigmoid,
-    "none": nn.Identity,
-}
-
-
-def activation_layer(name: str) -> nn.Module:
-    if name not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}")
-    return ACTIVATIONS[name]()
+from src.nn.activations import activation_layer
 
 
 def mlp(

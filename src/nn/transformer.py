@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from src.nn.activations import activation_layer
 from src.nn.attention import MultiHeadAttention
-
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
 @dataclass
@@ -35,13 +34,9 @@ class TransformerConfig:
 
 class MLP(nn.Sequential):
     def __init__(self, d_model: int, d_ff: int, activation: str, dropout: float, bias: bool):
-        if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}"
-            )
         super().__init__(
             nn.Linear(d_model, d_ff, bias=bias),
-            ACTIVATIONS[activation](),
+            activation_layer(activation),
             nn.Linear(d_ff, d_model, bias=bias),
             nn.Dropout(dropout),
         )
