@@ -105,27 +105,19 @@ class MultiHeadAttention(nn.Module):
         v = self._split_heads(self.w_v(kv))
         dropout_p = self.dropout if self.training else 0.0
         weights = None
-        if self.naive or need_weights or self.record:
+        naive = self.naive or need_weights or self.record  # the reference path returns weights
+        if naive or key_padding_mask is not None or (causal and q.size(2) != k.size(2)):
             mask = build_attention_mask(
-                q.size(2),
-                k.size(2),
-                causal=causal,
-                key_padding_mask=key_padding_mask,
+                q.size(2), k.size(2), causal=causal, key_padding_mask=key_padding_mask,
                 device=x.device,
-            )
-            y, weights = naive_attention(q, k, v, mask, dropout_p)
-        elif key_padding_mask is None and (not causal or q.size(2) == k.size(2)):
+            )  # fmt: skip
+            if naive:
+                y, weights = naive_attention(q, k, v, mask, dropout_p)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        else:
             # is_causal lets SDPA pick a kernel that skips the masked half instead of reading a mask
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
-        else:
-            mask = build_attention_mask(
-                q.size(2),
-                k.size(2),
-                causal=causal,
-                key_padding_mask=key_padding_mask,
-                device=x.device,
-            )
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(x.size(0), x.size(1), -1)  # concatenate heads: (B, T_q, D)
         return self.w_o(y), weights
 
