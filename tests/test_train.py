@@ -138,13 +138,11 @@ def test_two_runs_in_the_same_second_get_distinct_directories():
 
 
 def test_text_run_does_not_import_other_modalities(tmp_path, shakespeare):
-    """Lazy imports: a text run loads no graph, audio, chemistry or plotting library beyond what
-    Lightning itself imports (torchmetrics loads matplotlib when it is installed), and no
-    `datasets` once the corpus is tokenised."""
+    """Lazy imports: a text run loads no graph, audio or chemistry library, and no `datasets`
+    once the corpus is tokenised. (matplotlib is used: it draws the attention maps.)"""
     probe = (
         "import atexit, runpy, sys\n"
-        "heavy = ('torch_geometric', 'librosa', 'soundfile', 'rdkit', 'matplotlib', 'PIL',\n"
-        "         'datasets')\n"
+        "heavy = ('torch_geometric', 'librosa', 'soundfile', 'rdkit', 'datasets')\n"
         "import pytorch_lightning\n"
         "baseline = set(sys.modules)\n"
         "atexit.register(lambda: print('LOADED', sorted(\n"
