@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from pathlib import Path
 
 import hydra
@@ -18,6 +19,8 @@ from src.utils.config import register_resolvers
 
 log = logging.getLogger(__name__)
 register_resolvers()
+# Lightning 2.6 with torch 2.13 warns about its own use of a torch internal on every run
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
