@@ -13,7 +13,7 @@ from src.utils.config import register_resolvers
 register_resolvers()
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="prepare")
 def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate
 
