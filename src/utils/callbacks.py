@@ -15,11 +15,19 @@ from rich.text import Text
 
 class Throughput(pl.Callback):
     """Logs `train/tokens_per_sec`: the elements of the input batches (tokens, for text) that all
-    processes consume per second of training, validation pauses excluded; and once,
-    `train/startup_sec`: seconds from the start of the process to the first training step."""
+    processes consume per second of training, validation pauses excluded; for graph batches (PyG
+    `Data`/`Batch`, anything with `num_nodes` that is not a tuple or list) `train/nodes_per_sec`
+    instead; and once, `train/startup_sec`: seconds from the start of the process to the first
+    training step."""
 
     def __init__(self):
         self.t0, self.count = None, 0
+
+    @staticmethod
+    def _size(batch) -> tuple[str, int]:
+        if isinstance(batch, (tuple, list)):
+            return "tokens", batch[0].numel()
+        return "nodes", batch.num_nodes
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == 0 and batch_idx == 0:
@@ -29,10 +37,11 @@ class Throughput(pl.Callback):
             self.t0, self.count = time.perf_counter(), 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.count += batch[0].numel() * trainer.world_size
+        unit, size = self._size(batch)
+        self.count += size * trainer.world_size
         if (trainer.global_step % trainer.log_every_n_steps == 0) or trainer.is_last_batch:
             now = time.perf_counter()
-            pl_module.log("train/tokens_per_sec", self.count / (now - self.t0))
+            pl_module.log(f"train/{unit}_per_sec", self.count / (now - self.t0))
             self.t0, self.count = now, 0
 
     def on_validation_start(self, trainer, pl_module) -> None:

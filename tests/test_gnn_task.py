@@ -1,0 +1,290 @@
+"""Node classification (src/models/gnn.py, src/data/graphs.py): the task's maths on small graphs,
+and `python -m src.train model=gcn|gat|mpnn data=planetoid|karate` end to end.
+
+The Planetoid runs read the shared copy of Cora's raw files (skipped where it is missing) through
+`data.raw_root`, into a writable `data.root` in the test's folder; nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from src.data.graphs import KarateClubDataModule, PlanetoidDataModule
+from src.models.gnn import GNN, GNNConfig, NodeClassifier, adam, input_dropout
+from src.utils.callbacks import Throughput
+from src.utils.errors import PipelineError
+from tests.conftest import SHARED, run_module
+
+CORA_RAW = SHARED / "planetoid"
+N, F_IN, C = 12, 6, 3
+NET = dict(hidden=8, num_layers=2, dropout=0.0)
+OPTIM = dict(lr=0.01, weight_decay=5e-4)
+# tiny graphs: one thread avoids thread-pool stalls when the CPUs are busy with other work
+ENV = {"OMP_NUM_THREADS": "1"}
+FAST = ["logger=none", "callbacks.progress_bar.refresh_rate=0"]
+RESIDUAL_JK = ["model.net.residual=true", "model.net.jk=cat"]
+
+
+def _ok(proc) -> None:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def _one_error_line(proc, *fragments: str) -> None:
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: "), proc.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in last, last
+
+
+def _train(run_dir: Path, *overrides: str):
+    return run_module("src.train", f"hydra.run.dir={run_dir}", *overrides, env=ENV)
+
+
+def graph(seed: int = 0) -> Data:
+    """A random undirected graph with N nodes, F_IN features, C classes, 4 training nodes."""
+    g = torch.Generator().manual_seed(seed)
+    upper = torch.rand(N, N, generator=g).triu(diagonal=1) > 0.6
+    src, dst = upper.nonzero().T
+    edge_index = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], dim=1)
+    train = torch.zeros(N, dtype=torch.bool)
+    train[:4] = True
+    return Data(
+        x=torch.randn(N, F_IN, generator=g),
+        edge_index=edge_index,
+        y=torch.randint(C, (N,), generator=g),
+        train_mask=train,
+        val_mask=~train,
+        test_mask=~train,
+    )
+
+
+# ---------------------------------------------------------------- the task's maths
+
+
+@pytest.mark.parametrize("layer", ["gcn", "gat", "mpnn"])
+def test_loss_counts_training_nodes_only(layer):
+    """Transductive: all nodes go through the GNN, only the train mask's labels enter the loss."""
+    torch.manual_seed(0)
+    model = NodeClassifier(F_IN, C, net={**NET, "layer": layer, "dropout": 0.5}, optim=OPTIM)
+    data = graph()
+
+    def train_loss(d: Data) -> torch.Tensor:
+        torch.manual_seed(1)  # the same dropout masks on each call: the training pass itself
+        return model.loss(d, "train")[0]
+
+    other = data.clone()
+    other.y[~data.train_mask] = (other.y[~data.train_mask] + 1) % C
+    assert torch.equal(train_loss(data), train_loss(other))
+    flipped = data.clone()
+    flipped.y[0] = (flipped.y[0] + 1) % C
+    assert not torch.equal(train_loss(data), train_loss(flipped))
+
+
+@pytest.mark.parametrize(("layer", "heads"), [("gcn", 1), ("gat", 2), ("mpnn", 1)])
+def test_jumping_knowledge_concatenates_every_layer(layer, heads):
+    cfg = GNNConfig(layer=layer, hidden=8, heads=heads, num_layers=3, jk="cat")
+    net, data = GNN(cfg, F_IN, C), graph()
+    width = 8 * heads
+    hs = net.embeddings(data.x, data.edge_index)
+    assert [h.shape for h in hs] == [(N, width)] * 3  # every layer is a hidden layer
+    assert net.readout.in_features == 3 * width  # y_n = W [h^(1) ⊕ h^(2) ⊕ h^(3)] + b
+    assert net(data.x, data.edge_index).shape == (N, C)
+    assert GNN(GNNConfig(layer=layer, heads=heads, num_layers=3), F_IN, C)(
+        data.x, data.edge_index
+    ).shape == (N, C)
+
+
+@pytest.mark.parametrize("layer", ["gcn", "gat", "mpnn"])
+def test_residual_connections_between_same_width_layers(layer):
+    """A layer whose weights are all 0 outputs f(0) = 0: with the residual path its embedding is
+    the previous one, without it 0. The first layer (F_IN -> hidden) has no residual path."""
+    data = graph()
+    for residual in (True, False):
+        cfg = GNNConfig(layer=layer, hidden=8, num_layers=3, dropout=0.0, residual=residual)
+        net = GNN(cfg, F_IN, C)
+        assert net.residual == [False, residual]
+        with torch.no_grad():
+            for p in net.layers[1].parameters():
+                p.zero_()
+            h1, h2 = net.embeddings(data.x, data.edge_index)
+        assert h1.abs().sum() > 0
+        assert torch.equal(h2, h1 if residual else torch.zeros_like(h1))
+
+
+def test_input_dropout_draws_for_the_nonzero_features_only():
+    """Same distribution as F.dropout: zeros stay 0, each non-zero is kept with probability
+    1 - p and then scaled by 1 / (1 - p)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(400, 50, generator=g) * (torch.rand(400, 50, generator=g) < 0.1)  # ~2000 nnz
+    torch.manual_seed(0)
+    out = input_dropout(x, 0.25)
+    assert not out[x == 0].any()
+    kept = out != 0
+    assert torch.allclose(out[kept], x[kept] / 0.75)
+    assert kept.sum() / (x != 0).sum() == pytest.approx(0.75, abs=0.05)
+    assert input_dropout(x, 0.25, training=False) is x
+    assert not input_dropout(x, 1.0).any()
+
+
+def test_bad_net_settings_are_pipeline_errors():
+    for bad in (dict(layer="sage"), dict(jk="max"), dict(num_layers=0)):
+        with pytest.raises(PipelineError):
+            GNN(GNNConfig(**bad), F_IN, C)
+
+
+def test_weight_decay_on_first_layer_only():
+    net = GNN(GNNConfig(num_layers=3), F_IN, C)
+    decayed, plain = adam(net, {**OPTIM, "decay": "first"}).param_groups
+    assert {id(p) for p in decayed["params"]} == {id(p) for p in net.layers[0].parameters()}
+    assert decayed["weight_decay"] == 5e-4 and plain["weight_decay"] == 0.0
+    (everything,) = adam(net, OPTIM).param_groups
+    assert len(everything["params"]) == len(list(net.parameters()))
+
+
+def test_throughput_counts_tokens_of_tuples_and_nodes_of_graphs():
+    assert Throughput._size((torch.zeros(4, 8), torch.zeros(4, 8))) == ("tokens", 32)
+    assert Throughput._size(graph()) == ("nodes", N)
+
+
+def test_karate_split_is_seeded_disjoint_and_complete():
+    data = KarateClubDataModule(split_seed=3).data
+    masks = torch.stack([data.train_mask, data.val_mask, data.test_mask])
+    assert torch.equal(masks.sum(0), torch.ones(34, dtype=torch.long))  # each node in one split
+    assert masks.sum(1).tolist() == [4, 10, 20]
+    assert torch.bincount(data.y[data.train_mask]).tolist() == [1, 1, 1, 1]  # 1 per community
+    assert torch.equal(KarateClubDataModule(split_seed=3).data.val_mask, data.val_mask)
+    assert not torch.equal(KarateClubDataModule(split_seed=4).data.val_mask, data.val_mask)
+
+
+def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
+    """Offline and without raw files, PyG's download fails: one PipelineError with a hint.
+    The download source is pointed at a missing local folder, so no network is touched."""
+    from torch_geometric.datasets import Planetoid
+
+    monkeypatch.setattr(Planetoid, "url", str(tmp_path / "no-server"))
+    dm = PlanetoidDataModule(root=str(tmp_path / "planetoid"), name="cora")
+    with pytest.raises(PipelineError, match=r"could not download Planetoid Cora .*data\.raw_root"):
+        dm.prepare_data()
+
+
+# ---------------------------------------------------------------- end to end: python -m src.train
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory) -> list[str]:
+    """Overrides that read Cora from the shared raw files into a writable root of this module."""
+    if not (CORA_RAW / "Cora" / "raw" / "ind.cora.x").exists():
+        pytest.skip(f"shared dataset missing: {CORA_RAW}/Cora/raw")
+    root = tmp_path_factory.mktemp("planetoid")
+    return ["data=planetoid", f"data.raw_root={CORA_RAW}", f"data.root={root}"]
+
+
+@pytest.fixture(scope="module")
+def gcn_run(tmp_path_factory, cora) -> Path:
+    """30 epochs of Kipf & Welling's GCN on Cora (a few seconds)."""
+    run_dir = tmp_path_factory.mktemp("gcn")
+    _ok(_train(run_dir, "model=gcn", *cora, "trainer.max_steps=30", "logger=csv",
+               "callbacks.progress_bar.refresh_rate=0"))  # fmt: skip
+    return run_dir
+
+
+def test_gcn_on_cora_learns(gcn_run, cora):
+    metrics = json.loads((gcn_run / "metrics.json").read_text())
+    assert {"train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc"} <= set(
+        metrics
+    )
+    assert {"train/nodes_per_sec", "train/startup_sec"} <= set(metrics)
+    assert "train/tokens_per_sec" not in metrics
+    assert metrics["test/acc"] > 0.5  # 7 classes; Kipf's GCN reaches ~0.8 in 200 epochs
+    assert (gcn_run / "csv" / "metrics.csv").exists()
+    root = Path(cora[-1].split("=", 1)[1])
+    assert (root / "Cora" / "raw" / "ind.cora.graph").exists()  # copied out of the shared folder
+    assert (root / "Cora" / "processed").is_dir()  # and processed beside it
+
+
+def test_gcn_checkpoint_loads_with_weights_only(gcn_run):
+    """The best checkpoint (by val/loss here) rebuilds the model, which gives the logged test
+    accuracy on the test nodes."""
+    metrics = json.loads((gcn_run / "metrics.json").read_text())
+    (best,) = (gcn_run / "checkpoints").glob("best-*.ckpt")
+    ckpt = torch.load(best, weights_only=True)
+    assert ckpt["model_class"] == "src.models.gnn.NodeClassifier"
+    hp = ckpt["hyper_parameters"]
+    assert (hp["in_channels"], hp["num_classes"], hp["net"]["layer"]) == (1433, 7, "gcn")
+    model = NodeClassifier(**hp)
+    model.load_state_dict(ckpt["state_dict"])
+    data = PlanetoidDataModule(**ckpt["datamodule_hyper_parameters"]).data
+    model.eval()
+    with torch.no_grad():
+        _, logits, y = model.loss(data, "test")
+    accuracy = (logits.argmax(-1) == y).float().mean().item()
+    assert accuracy == pytest.approx(metrics["test/acc"], abs=1e-6)
+    assert torch.load(gcn_run / "checkpoints" / "last.ckpt", weights_only=True)["model_class"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model=gat"],
+        ["model=mpnn"],
+        ["model=mpnn", "model.net.aggr=sum", "model.net.num_layers=3", *RESIDUAL_JK],
+        ["experiment=gcn_cora"],  # monitors val/acc, checkpoint mode max
+    ],
+    ids=["gat", "mpnn", "mpnn-sum-residual-jk", "gcn_cora"],
+)
+def test_models_on_cora_run(tmp_path, cora, overrides):
+    _ok(_train(tmp_path, *overrides, *cora, "trainer.max_steps=5", *FAST))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert {"train/loss", "val/acc", "test/acc"} <= set(metrics)
+    assert len(list((tmp_path / "checkpoints").glob("best-*.ckpt"))) == 1
+
+
+def test_karate_runs_offline(tmp_path):
+    _ok(_train(tmp_path, "model=gcn", "data=karate", "trainer.max_steps=50", *FAST))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert 0.0 <= metrics["test/acc"] <= 1.0 and metrics["train/loss"] < 1.4  # below log 4
+
+
+def test_missing_planetoid_without_download(tmp_path):
+    proc = _train(tmp_path / "run", "model=gcn", "data=planetoid", f"data.root={tmp_path}/nope",
+                  "data.download=false", *FAST)  # fmt: skip
+    _one_error_line(proc, "Planetoid Cora not found in", "data.raw_root")
+
+
+def test_missing_raw_root(tmp_path):
+    proc = _train(tmp_path / "run", "model=gcn", "data=planetoid", f"data.root={tmp_path}/pl",
+                  f"data.raw_root={tmp_path}/nope", *FAST)  # fmt: skip
+    _one_error_line(proc, "Planetoid Cora raw files missing in", "ind.cora.x")
+
+
+def test_unknown_layer_is_one_error_line(tmp_path):
+    proc = _train(tmp_path / "run", "model=gcn", "data=karate", "model.net.layer=sage", *FAST)
+    _one_error_line(proc, "unknown layer 'sage'")
+
+
+def test_experiment_presets_hold_the_papers_settings():
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import ROOT
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        gcn = compose("train", overrides=["experiment=gcn_cora"])
+        gat = compose("train", overrides=["experiment=gat_cora"])
+    assert gcn.model.net.layer == "gcn" and gcn.data.name == "Cora"
+    assert (gcn.model.net.hidden, gcn.model.net.dropout) == (16, 0.5)
+    assert (gcn.model.optim.lr, gcn.model.optim.weight_decay) == (0.01, 5e-4)
+    assert gcn.trainer.max_steps == 200 and gcn.trainer.gradient_clip_val is None
+    assert gat.model.net.layer == "gat" and gat.model.net.activation == "elu"
+    assert (gat.model.net.heads, gat.model.net.hidden, gat.model.net.out_heads) == (8, 8, 1)
+    assert (gat.model.net.dropout, gat.model.net.attn_dropout) == (0.6, 0.6)
+    assert (gat.model.optim.lr, gat.model.optim.weight_decay) == (0.005, 5e-4)
+    assert gat.callbacks.early_stopping.patience == 100
+    for cfg in (gcn, gat):
+        assert cfg.callbacks.model_checkpoint.monitor == "val/acc"
+        assert cfg.callbacks.model_checkpoint.mode == "max"
