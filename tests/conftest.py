@@ -52,6 +52,18 @@ def run_module(
     )  # fmt: skip
 
 
+def assert_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Bad input: exit code 1, no traceback, and stderr says what is wrong in one line."""
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    for fragment in fragments:
+        assert fragment in proc.stderr, proc.stderr[-2000:]
+
+
 # A few seconds of training on tiny Shakespeare: 2 epochs of 5 steps, validation on 4 batches.
 FAST = [
     "experiment=gpt_shakespeare_char",

@@ -17,7 +17,7 @@ from src.data.graphs import KarateClubDataModule, PlanetoidDataModule
 from src.models.gnn import GNN, GNNConfig, NodeClassifier, adam, input_dropout
 from src.utils.callbacks import Throughput
 from src.utils.errors import PipelineError
-from tests.conftest import SHARED, run_module
+from tests.conftest import SHARED, assert_ok, assert_one_error_line, run_module
 
 CORA_RAW = SHARED / "planetoid"
 N, F_IN, C = 12, 6, 3
@@ -27,19 +27,6 @@ OPTIM = dict(lr=0.01, weight_decay=5e-4)
 ENV = {"OMP_NUM_THREADS": "1"}
 FAST = ["logger=none", "callbacks.progress_bar.refresh_rate=0"]
 RESIDUAL_JK = ["model.net.residual=true", "model.net.jk=cat"]
-
-
-def _ok(proc) -> None:
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-
-
-def _one_error_line(proc, *fragments: str) -> None:
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr + proc.stdout
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: "), proc.stderr[-2000:]
-    for fragment in fragments:
-        assert fragment in last, last
 
 
 def _train(run_dir: Path, *overrides: str):
@@ -189,7 +176,7 @@ def cora(tmp_path_factory) -> list[str]:
 def gcn_run(tmp_path_factory, cora) -> Path:
     """30 epochs of Kipf & Welling's GCN on Cora (a few seconds)."""
     run_dir = tmp_path_factory.mktemp("gcn")
-    _ok(_train(run_dir, "model=gcn", *cora, "trainer.max_steps=30", "logger=csv",
+    assert_ok(_train(run_dir, "model=gcn", *cora, "trainer.max_steps=30", "logger=csv",
                "callbacks.progress_bar.refresh_rate=0"))  # fmt: skip
     return run_dir
 
@@ -239,14 +226,14 @@ def test_gcn_checkpoint_loads_with_weights_only(gcn_run):
     ids=["gat", "mpnn", "mpnn-sum-residual-jk", "gcn_cora"],
 )
 def test_models_on_cora_run(tmp_path, cora, overrides):
-    _ok(_train(tmp_path, *overrides, *cora, "trainer.max_steps=5", *FAST))
+    assert_ok(_train(tmp_path, *overrides, *cora, "trainer.max_steps=5", *FAST))
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert {"train/loss", "val/acc", "test/acc"} <= set(metrics)
     assert len(list((tmp_path / "checkpoints").glob("best-*.ckpt"))) == 1
 
 
 def test_karate_runs_offline(tmp_path):
-    _ok(_train(tmp_path, "model=gcn", "data=karate", "trainer.max_steps=50", *FAST))
+    assert_ok(_train(tmp_path, "model=gcn", "data=karate", "trainer.max_steps=50", *FAST))
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert 0.0 <= metrics["test/acc"] <= 1.0 and metrics["train/loss"] < 1.4  # below log 4
 
@@ -254,18 +241,18 @@ def test_karate_runs_offline(tmp_path):
 def test_missing_planetoid_without_download(tmp_path):
     proc = _train(tmp_path / "run", "model=gcn", "data=planetoid", f"data.root={tmp_path}/nope",
                   "data.download=false", *FAST)  # fmt: skip
-    _one_error_line(proc, "Planetoid Cora not found in", "data.raw_root")
+    assert_one_error_line(proc, "Planetoid Cora not found in", "data.raw_root")
 
 
 def test_missing_raw_root(tmp_path):
     proc = _train(tmp_path / "run", "model=gcn", "data=planetoid", f"data.root={tmp_path}/pl",
                   f"data.raw_root={tmp_path}/nope", *FAST)  # fmt: skip
-    _one_error_line(proc, "Planetoid Cora raw files missing in", "ind.cora.x")
+    assert_one_error_line(proc, "Planetoid Cora raw files missing in", "ind.cora.x")
 
 
-def test_unknown_layer_is_one_error_line(tmp_path):
+def test_unknown_layer_isassert_one_error_line(tmp_path):
     proc = _train(tmp_path / "run", "model=gcn", "data=karate", "model.net.layer=sage", *FAST)
-    _one_error_line(proc, "unknown layer 'sage'")
+    assert_one_error_line(proc, "unknown layer 'sage'")
 
 
 def test_experiment_presets_hold_the_papers_settings():

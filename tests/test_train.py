@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import FAST, ROOT, run_module
+from tests.conftest import FAST, ROOT, assert_ok, assert_one_error_line, run_module
 
 
 def _train(run_dir: Path, data: Path, *overrides: str, env: dict | None = None):
@@ -21,25 +21,11 @@ def _train(run_dir: Path, data: Path, *overrides: str, env: dict | None = None):
     )
 
 
-def _ok(proc) -> None:
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-
-
-def _one_error_line(proc, *fragments: str) -> None:
-    """Bad input: exit code 1, no traceback, and the last line of stderr says what is wrong."""
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr + proc.stdout
-    last = proc.stderr.strip().splitlines()[-1]
-    for fragment in fragments:
-        assert fragment in proc.stderr, proc.stderr[-2000:]
-    return last
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, shakespeare) -> Path:
     """One short training run shared by the tests that only read its outputs."""
     run_dir = tmp_path_factory.mktemp("run")
-    _ok(_train(run_dir, shakespeare, "logger=csv", "test=true", "data.splits=[0.8,0.1,0.1]"))
+    assert_ok(_train(run_dir, shakespeare, "logger=csv", "test=true", "data.splits=[0.8,0.1,0.1]"))
     return run_dir
 
 
@@ -80,7 +66,7 @@ def test_sample_cli(trained, settings):
     ckpt = trained / "checkpoints" / "last.ckpt"
     args = [f"ckpt={ckpt}", "prompt=ROMEO:", "max_new_tokens=15", *settings]
     first, second = run_module("src.sample", *args), run_module("src.sample", *args)
-    _ok(first)
+    assert_ok(first)
     assert first.stdout.startswith("ROMEO:") or "--- sample 1\nROMEO:" in first.stdout
     assert first.stdout == second.stdout  # seeded
 
@@ -88,10 +74,10 @@ def test_sample_cli(trained, settings):
 def test_resumed_run_matches_uninterrupted_run(tmp_path, shakespeare):
     """Stop after the first epoch, resume from last.ckpt: same final metrics as one run."""
     schedule = ["model.optim.decay_steps=10", "logger=none"]
-    _ok(_train(tmp_path / "full", shakespeare, *schedule))
-    _ok(_train(tmp_path / "part", shakespeare, *schedule, "trainer.max_steps=5"))
+    assert_ok(_train(tmp_path / "full", shakespeare, *schedule))
+    assert_ok(_train(tmp_path / "part", shakespeare, *schedule, "trainer.max_steps=5"))
     ckpt = tmp_path / "part" / "checkpoints" / "last.ckpt"
-    _ok(_train(tmp_path / "resumed", shakespeare, *schedule, f"ckpt_path={ckpt}"))
+    assert_ok(_train(tmp_path / "resumed", shakespeare, *schedule, f"ckpt_path={ckpt}"))
     full = json.loads((tmp_path / "full" / "metrics.json").read_text())
     resumed = json.loads((tmp_path / "resumed" / "metrics.json").read_text())
     for key in ("train/loss", "val/loss"):
@@ -101,7 +87,7 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path, shakespeare):
 def test_ddp_two_cpu_processes(tmp_path, shakespeare):
     """trainer=ddp_cpu: 2 gloo processes, one run directory, one wandb run, exact val loss."""
     run_dir = tmp_path / "ddp"
-    _ok(_train(run_dir, shakespeare, "trainer=ddp_cpu", "logger=wandb",
+    assert_ok(_train(run_dir, shakespeare, "trainer=ddp_cpu", "logger=wandb",
                "trainer.limit_val_batches=null", "data.splits=[0.98,0.02,0.0]"))  # fmt: skip
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
     assert not list((run_dir / "..").glob("train_ddp_process_*"))
@@ -151,12 +137,12 @@ def test_text_run_does_not_import_other_modalities(tmp_path, shakespeare):
         "runpy.run_module('src.train', run_name='__main__')\n"
     )
     args = [*FAST, f"data.path={shakespeare}", "debug=fdr"]
-    _ok(run_module("src.prepare", *args))  # tokenise first: preparing uses `datasets`
+    assert_ok(run_module("src.prepare", *args))  # tokenise first: preparing uses `datasets`
     proc = subprocess.run(
         [sys.executable, "-c", probe, *args, f"hydra.run.dir={tmp_path}"],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "offline"},
     )  # fmt: skip
-    _ok(proc)
+    assert_ok(proc)
     assert "LOADED []" in proc.stdout
 
 
@@ -165,14 +151,14 @@ def test_text_run_does_not_import_other_modalities(tmp_path, shakespeare):
 
 def test_missing_corpus(tmp_path, shakespeare):
     proc = _train(tmp_path / "run", shakespeare, f"data.path={tmp_path}/nope.txt")
-    _one_error_line(proc, "error: corpus not found")
+    assert_one_error_line(proc, "error: corpus not found")
 
 
 def test_empty_corpus(tmp_path, shakespeare):
     (tmp_path / "empty.txt").write_text("")
     proc = _train(tmp_path / "run", shakespeare, f"data.path={tmp_path}/empty.txt",
                   f"data.processed_dir={tmp_path}/p")  # fmt: skip
-    _one_error_line(proc, "error: corpus is empty")
+    assert_one_error_line(proc, "error: corpus is empty")
     assert not (tmp_path / "p").exists()  # nothing that looks like a prepared corpus
 
 
@@ -180,7 +166,7 @@ def test_corpus_shorter_than_one_block(tmp_path, shakespeare):
     (tmp_path / "short.txt").write_text("To be, or not to be: that is the question.\n" * 3)
     proc = _train(tmp_path / "run", shakespeare, f"data.path={tmp_path}/short.txt",
                   f"data.processed_dir={tmp_path}/p")  # fmt: skip
-    _one_error_line(proc, "fewer than one block")
+    assert_one_error_line(proc, "fewer than one block")
 
 
 @pytest.mark.parametrize(
@@ -193,24 +179,24 @@ def test_corpus_shorter_than_one_block(tmp_path, shakespeare):
     ],
 )
 def test_config_errors(tmp_path, shakespeare, override, message):
-    _one_error_line(_train(tmp_path / "run", shakespeare, override), message)
+    assert_one_error_line(_train(tmp_path / "run", shakespeare, override), message)
 
 
 def test_checkpoint_of_another_model(tmp_path, shakespeare):
     fake = tmp_path / "bert.ckpt"
     torch.save({"state_dict": {}, "model_class": "src.models.bert.BERTLitModule"}, fake)
     proc = _train(tmp_path / "run", shakespeare, f"ckpt_path={fake}")
-    _one_error_line(
+    assert_one_error_line(
         proc, "holds a src.models.bert.BERTLitModule, not a src.models.gpt.GPTLitModule"
     )
     proc = run_module("src.sample", f"ckpt={fake}")
-    _one_error_line(proc, "not a src.models.gpt.GPTLitModule")
+    assert_one_error_line(proc, "not a src.models.gpt.GPTLitModule")
 
 
 def test_corrupt_checkpoint(tmp_path):
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"not a checkpoint at all")
-    _one_error_line(run_module("src.sample", f"ckpt={bad}"), "error: cannot read checkpoint")
+    assert_one_error_line(run_module("src.sample", f"ckpt={bad}"), "error: cannot read checkpoint")
 
 
 def test_nan_loss_stops_with_one_line_and_keeps_earlier_files(tmp_path, shakespeare):
@@ -218,7 +204,7 @@ def test_nan_loss_stops_with_one_line_and_keeps_earlier_files(tmp_path, shakespe
     run_dir = tmp_path / "run"
     proc = _train(run_dir, shakespeare, "model.optim.lr=1e30", "model.optim.warmup_steps=1",
                   "data.steps_per_epoch=1", "logger=csv")  # fmt: skip
-    _one_error_line(proc, "error: training loss became nan")
+    assert_one_error_line(proc, "error: training loss became nan")
     assert (run_dir / "config.yaml").exists()
     assert (run_dir / "checkpoints" / "last.ckpt").exists()  # the epoch-1 checkpoint survives
 
@@ -226,7 +212,7 @@ def test_nan_loss_stops_with_one_line_and_keeps_earlier_files(tmp_path, shakespe
 def test_bf16_mixed_precision_switch(tmp_path, shakespeare):
     """trainer.precision=bf16-mixed runs the same pipeline under autocast (CPU here)."""
     proc = _train(tmp_path, shakespeare, "trainer.precision=bf16-mixed", "logger=none")
-    _ok(proc)
+    assert_ok(proc)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert math.isfinite(metrics["val/loss"])
 
@@ -235,5 +221,5 @@ def test_bf16_mixed_precision_switch(tmp_path, shakespeare):
 def test_torch_compile_switch(tmp_path, shakespeare):
     """model.compile=true compiles the Transformer stack (minutes on 2 CPU cores)."""
     proc = _train(tmp_path, shakespeare, "model.compile=true", "logger=none")
-    _ok(proc)
+    assert_ok(proc)
     assert math.isfinite(json.loads((tmp_path / "metrics.json").read_text())["val/loss"])
