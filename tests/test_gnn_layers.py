@@ -15,7 +15,13 @@ from torch_geometric.nn import GCNConv, global_add_pool, global_max_pool, global
 from torch_geometric.utils import scatter
 
 from src.nn.egnn import EGNNLayer
-from src.nn.message_passing import GATLayer, GCNLayer, GraphNetworkLayer, MessagePassingLayer
+from src.nn.message_passing import (
+    GATLayer,
+    GCNLayer,
+    GINLayer,
+    GraphNetworkLayer,
+    MessagePassingLayer,
+)
 
 N, D, C = 7, 5, 4  # nodes, input width, output width
 DT = torch.float64
@@ -71,6 +77,7 @@ NODE_LAYERS = {
         for shared in (False, True)
     },
     "gcn": lambda: GCNLayer(D, C).to(DT).eval(),
+    "gin": lambda: GINLayer(D, C, train_eps=True).to(DT).eval(),
     **{
         f"gat-{score}-{'concat' if concat else 'mean'}": (
             lambda score=score, concat=concat: (
@@ -116,6 +123,17 @@ def dense_aggregate(layer: MessagePassingLayer, a: Tensor, h: Tensor) -> Tensor:
     rows = h[None, :, :].masked_fill(a[:, :, None] == 0, fill)  # (N, N, D), non-neighbours out
     z = rows.amax(dim=1) if aggr == "max" else rows.amin(dim=1)
     return torch.where(has_neigh, z, torch.zeros_like(z))  # nodes without neighbours get 0
+
+
+def test_gin_matches_dense_reference() -> None:
+    """h' = MLP((1 + ε) H + A H), with a non-zero ε and BatchNorm in its running-stats mode."""
+    layer = GINLayer(D, C, train_eps=True).to(DT).eval()
+    with torch.no_grad():
+        layer.eps.fill_(0.3)
+    h, edge_index = features(N, D), random_graph()
+    expected = layer.mlp(1.3 * h + dense_adjacency(edge_index) @ h)
+    torch.testing.assert_close(layer(h, edge_index), expected, **TOL)
+    assert GINLayer(D, C).eps.requires_grad is False  # GIN-0
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["self+neigh", "shared"])

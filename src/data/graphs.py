@@ -1,11 +1,20 @@
-"""Graphs for node classification (Bishop, sec. 13.1.2): one graph, some nodes labelled.
+"""Single graphs for node classification and link prediction (Bishop, sec. 13.1.2-13.1.3).
 
-Transductive, full-batch training as in Kipf & Welling (2017) and Veličković et al. (2018): every
-step sees the whole graph (all node features x, all edges), and boolean masks pick the nodes
-whose labels count, `train_mask` for the loss and `val_mask` / `test_mask` for the evaluation.
-Each dataloader therefore yields the one graph once: an epoch is one optimisation step.
+Full-batch training as in Kipf & Welling (2017) and Veličković et al. (2018): every step sees the
+whole graph, and each dataloader yields one graph once, so an epoch is one optimisation step.
+
+task="node": boolean masks pick the nodes whose labels count, `train_mask` for the loss and
+`val_mask` / `test_mask` for the evaluation. Transductive by default (training sees the features
+and edges of every node, labels of the training nodes only); with inductive=true training sees
+only the subgraph without the val and test nodes, which are new nodes at evaluation (GraphSAGE's
+setting, Hamilton et al. 2017).
+
+task="link": PyG's RandomLinkSplit holds out a seeded fraction of the edges for validation and
+for testing, each with as many node pairs that are not edges; message passing at training time
+uses the training edges only (at test time the training and validation edges).
 
     python -m src.train model=gcn data=planetoid data.raw_root=../shared/data/planetoid
+    python -m src.train model=gcn data=planetoid task=link data.raw_root=...
     python -m src.train model=gcn data=karate        # built into PyG: offline everywhere
 
 Planetoid (Cora, CiteSeer, PubMed; Yang et al. 2016) comes through PyG's
@@ -19,8 +28,13 @@ first. Features are row-normalised (`NormalizeFeatures`), as both papers do.
 from __future__ import annotations
 
 import logging
+import random
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 import pytorch_lightning as pl
 import torch
@@ -36,6 +50,22 @@ PLANETOID_RAW = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 MASKS = ("train_mask", "val_mask", "test_mask")
 
 
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Draws inside are a function of `seed` alone, whichever generator PyG uses (torch, NumPy or
+    Python's), and the run's random streams continue afterwards as if nothing had been drawn."""
+    state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(state[0])
+            np.random.set_state(state[1])
+
+
 def _single(batch: list):
     return batch[0]  # a "batch" of one graph is the graph itself
 
@@ -44,12 +74,30 @@ class FullGraphDataModule(pl.LightningDataModule):
     """One graph for training, validation and testing; subclasses build it in `load()`.
 
     A batch is a `torch_geometric.data.Data` with x (N, F), edge_index (2, E), y (N,) and the
-    boolean masks train_mask, val_mask, test_mask (N,).
+    boolean masks train_mask, val_mask, test_mask (N,); for task="link" also edge_label_index
+    (2, P), the node pairs to score, and edge_label (P,), 1 for an edge and 0 for a non-edge.
     """
 
-    def __init__(self):
+    TASKS = ("node", "link")
+
+    def __init__(
+        self,
+        task: str | None = None,
+        inductive: bool = False,
+        link_val: float = 0.05,
+        link_test: float = 0.1,
+        split_seed: int = 0,
+    ):
         super().__init__()
+        task = task or "node"
+        if task not in self.TASKS:
+            raise PipelineError(
+                f"task={task!r} does not fit a single graph; choose one of {self.TASKS}"
+            )
+        self.task, self.inductive = task, inductive
+        self.link_val, self.link_test, self.split_seed = link_val, link_test, split_seed
         self._data = None
+        self._splits = None
 
     def load(self):
         raise NotImplementedError
@@ -75,19 +123,46 @@ class FullGraphDataModule(pl.LightningDataModule):
     @property
     def model_kwargs(self) -> dict:
         """What the model needs to know about the data (train.py passes it to the model)."""
-        return {"in_channels": self.data.num_features, "num_classes": int(self.data.y.max()) + 1}
+        kwargs = {"task": self.task, "in_channels": self.data.num_features}
+        if self.task == "node":
+            kwargs["out_channels"] = int(self.data.y.max()) + 1  # classes
+        return kwargs
 
-    def _loader(self) -> DataLoader:
-        return DataLoader([self.data], batch_size=1, collate_fn=_single)
+    @property
+    def splits(self) -> dict:
+        """The graph each stage sees: {"train": Data, "val": Data, "test": Data}."""
+        if self._splits is None:
+            data = self.data
+            if self.task == "link":
+                from torch_geometric.transforms import RandomLinkSplit
+
+                split = RandomLinkSplit(
+                    num_val=self.link_val,
+                    num_test=self.link_test,
+                    is_undirected=data.is_undirected(),
+                    add_negative_train_samples=False,  # drawn afresh at every training step
+                )
+                with seeded(self.split_seed):
+                    train, val, test = split(data)
+            elif self.inductive:  # training never sees the val and test nodes or their edges
+                train = data.subgraph(~(data.val_mask | data.test_mask))
+                val = test = data
+            else:
+                train = val = test = data
+            self._splits = {"train": train, "val": val, "test": test}
+        return self._splits
+
+    def _loader(self, stage: str) -> DataLoader:
+        return DataLoader([self.splits[stage]], batch_size=1, collate_fn=_single)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader()
+        return self._loader("train")
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader()
+        return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader()
+        return self._loader("test")
 
 
 class PlanetoidDataModule(FullGraphDataModule):
@@ -111,8 +186,12 @@ class PlanetoidDataModule(FullGraphDataModule):
         num_test: int = 1000,
         split_seed: int = 0,
         normalize_features: bool = True,
+        task: str | None = None,
+        inductive: bool = False,
+        link_val: float = 0.05,
+        link_test: float = 0.1,
     ):
-        super().__init__()
+        super().__init__(task, inductive, link_val, link_test, split_seed)
         canonical = {n.lower(): n for n in PLANETOID}
         if name.lower() not in canonical:
             raise PipelineError(f"unknown Planetoid dataset {name!r}; choose one of {PLANETOID}")
@@ -159,10 +238,7 @@ class PlanetoidDataModule(FullGraphDataModule):
                 f"Planetoid {self.name} not found in {self.raw_dir} and data.download=false; {hint}"
             )
         try:
-            # the random split draws with torch's global generator: make it a function of
-            # split_seed alone, and leave the run's random stream as it was
-            with torch.random.fork_rng():
-                torch.manual_seed(hp.split_seed)
+            with seeded(hp.split_seed):  # the random split
                 dataset = Planetoid(
                     str(self.root),
                     self.name,
@@ -194,8 +270,17 @@ class KarateClubDataModule(FullGraphDataModule):
     validate and the remaining nodes test (with the defaults 4 / 10 / 20 nodes).
     """
 
-    def __init__(self, num_train_per_class: int = 1, num_val: int = 10, split_seed: int = 0):
-        super().__init__()
+    def __init__(
+        self,
+        num_train_per_class: int = 1,
+        num_val: int = 10,
+        split_seed: int = 0,
+        task: str | None = None,
+        inductive: bool = False,
+        link_val: float = 0.05,
+        link_test: float = 0.1,
+    ):
+        super().__init__(task, inductive, link_val, link_test, split_seed)
         self.save_hyperparameters(logger=False)
 
     def load(self):

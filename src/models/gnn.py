@@ -1,22 +1,24 @@
-"""Node classification with a graph neural network (Bishop, sec. 13.1-13.3).
+"""Graph neural networks and their tasks (Bishop, sec. 13.1-13.3).
 
 L message-passing layers turn the node features x into node embeddings,
 
-    h^(0) = x,    h^(l) = f(Layer_l(dropout(h^(l-1)), A))  [+ h^(l-1) where the widths match]
+    h^(0) = x,    h^(l) = h^(l-1) [if the widths match and residual] + f(Norm(Layer_l(h^(l-1))))
 
-and the class scores y_n of node n (logits; softmax in the loss) come either from the last layer,
-which maps to the C classes (jk="none"), or, with "jumping knowledge" (Xu et al. 2018; sec.
-13.2.5; jk="cat"), from a linear map of every layer's embedding of the node,
+with dropout on every layer's input. Layer_l is one of src/nn/: "gcn" (Kipf & Welling 2017),
+"gat" (Veličković et al. 2018: H heads concatenated in hidden layers, averaged in the output
+layer), "gin" (Xu et al. 2019), "mpnn" (the chapter's general layer, W_self h_n + W_neigh
+Aggregate_m h_m, with a chosen aggregation), "graphnet" (edge embeddings e_nm and a graph
+embedding g, sec. 13.3.2) or "egnn" (E(n)-equivariant, on node positions r_n, sec. 13.3.6). The
+last two keep their width, so x is first mapped to it by a linear layer.
 
-    y_n = W [h_n^(1) ⊕ h_n^(2) ⊕ ... ⊕ h_n^(L)] + b.
-
-Layer_l is one of src/nn/message_passing.py: "gcn" (Kipf & Welling 2017), "gat" (Veličković et
-al. 2018: H heads concatenated in hidden layers, averaged in the output layer) or "mpnn" (the
-chapter's general layer, W_self h_n + W_neigh Aggregate_m h_m, with a chosen aggregation).
-Dropout acts on every layer's input, as in both papers.
-
-Training is transductive and full-batch: each step runs the whole graph and the cross-entropy
-counts the labelled training nodes only; validation and test read other nodes of the same pass.
+The tasks read the embeddings differently:
+- node classification (NodeClassifier): class scores y_n from an output layer of the same kind
+  (jk="none"), or, with jumping knowledge (Xu et al. 2018; sec. 13.2.5; jk="cat"), from a linear
+  map of every layer's embedding of the node, y_n = W [h_n^(1) ⊕ ... ⊕ h_n^(L)] + b;
+- link prediction (LinkPredictor): p(n, m) = σ(h_n^T h_m) (sec. 13.1.3);
+- graph classification and regression (GraphPredictor): an MLP on a sum, mean or max readout of
+  the node embeddings of each graph (sec. 13.1.3).
+`gnn_task` picks the task that the data module names.
 """
 
 from __future__ import annotations
@@ -27,53 +29,93 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import Accuracy
+from torchmetrics import Accuracy, MeanAbsoluteError, MeanSquaredError
+from torchmetrics.classification import BinaryAUROC
 
 from src.nn.activations import activation_layer
-from src.nn.message_passing import GATLayer, GCNLayer, MessagePassingLayer
+from src.nn.egnn import EGNNLayer
+from src.nn.message_passing import (
+    GATLayer,
+    GCNLayer,
+    GINLayer,
+    GraphNetworkLayer,
+    MessagePassingLayer,
+    mlp,
+)
 from src.utils.checkpoint import class_path
 from src.utils.errors import PipelineError
 
-LAYERS = ("gcn", "gat", "mpnn")
+LAYERS = ("gcn", "gat", "gin", "mpnn", "graphnet", "egnn")
+WIDTH_PRESERVING = ("graphnet", "egnn")  # their layers map D -> D: x is embedded first
 JK = ("none", "cat")
+NORMS = ("none", "batch")
+READOUTS = ("sum", "mean", "max")
 
 
 @dataclass
 class GNNConfig:
-    layer: str = "gcn"  # gcn | gat | mpnn
-    hidden: int = 16  # width of the hidden embeddings (per head for GAT)
-    num_layers: int = 2  # message-passing layers, the output layer included when jk="none"
+    layer: str = "gcn"  # gcn | gat | gin | mpnn | graphnet | egnn
+    hidden: int = 16  # width W of the hidden embeddings (per head for GAT)
+    num_layers: int = 2  # message-passing layers, the output layer included when there is one
     dropout: float = 0.5  # on the input of every layer (and of the jk readout)
     activation: str = "relu"  # f, after every hidden layer (not after the output layer)
-    residual: bool = False  # h^(l) = f(...) + h^(l-1) in layers whose input and output widths match
-    jk: str = "none"  # none | cat (jumping knowledge: a linear readout of h^(1) ⊕ ... ⊕ h^(L))
+    norm: str = "none"  # none | batch: BatchNorm after every hidden layer (GIN)
+    residual: bool = False  # h^(l) = h^(l-1) + f(...) in layers whose widths match
+    jk: str = "none"  # none | cat (jumping knowledge: the tasks read h^(1) ⊕ ... ⊕ h^(L))
     heads: int = 1  # gat: heads of the hidden layers, concatenated: width heads * hidden
     out_heads: int = 1  # gat: heads of the output layer, averaged
     attn_dropout: float = 0.0  # gat: dropout on the attention weights A_nm
-    aggr: str = "mean"  # mpnn: sum | mean | max | min | symmetric | mlp
+    score: str = "mlp"  # gat: mlp | bilinear attention scores
+    aggr: str = "mean"  # mpnn: sum | mean | max | min | symmetric | mlp; graphnet, egnn: sum | mean
+    train_eps: bool = False  # gin: learn ε (GIN-ε) or keep it 0 (GIN-0)
+    readout: str = "sum"  # graph tasks: sum | mean | max of the node embeddings of a graph
+
+
+def _check(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise PipelineError(f"unknown {name} {value!r}; choose one of {choices}")
 
 
 class GNN(nn.Module):
-    """(x (N, F), edge_index (2, E)) -> class logits (N, C)."""
+    """A graph -> node outputs (N, out_channels), or, with out_channels=None, node embeddings
+    (N, embedding_dim) with embedding_dim = W, or L W with jk="cat"."""
 
-    def __init__(self, cfg: GNNConfig, in_channels: int, num_classes: int):
+    def __init__(
+        self,
+        cfg: GNNConfig,
+        in_channels: int,
+        out_channels: int | None = None,
+        edge_channels: int = 0,
+    ):
         super().__init__()
-        if cfg.layer not in LAYERS:
-            raise PipelineError(f"unknown layer {cfg.layer!r}; choose one of {LAYERS}")
-        if cfg.jk not in JK:
-            raise PipelineError(f"unknown jk {cfg.jk!r}; choose one of {JK}")
+        _check("layer", cfg.layer, LAYERS)
+        _check("jk", cfg.jk, JK)
+        _check("norm", cfg.norm, NORMS)
+        _check("readout", cfg.readout, READOUTS)
         if cfg.num_layers < 1:
             raise PipelineError(f"num_layers={cfg.num_layers}: a GNN needs at least one layer")
-        self.cfg = cfg
+        self.cfg, self.edge_channels = cfg, edge_channels
         width = cfg.hidden * cfg.heads if cfg.layer == "gat" else cfg.hidden  # W
-        n_hidden = cfg.num_layers if cfg.jk == "cat" else cfg.num_layers - 1
-        dims = [in_channels] + [width] * n_hidden
+        embed = cfg.layer in WIDTH_PRESERVING
+        out_layer = out_channels is not None and cfg.jk == "none" and not embed
+        n_hidden = cfg.num_layers - 1 if out_layer else cfg.num_layers
+        self.input = nn.Linear(in_channels, width) if embed else None
+        dims = [width if embed else in_channels] + [width] * n_hidden
         self.layers = nn.ModuleList(self._layer(d, cfg.hidden, output=False) for d in dims[:-1])
+        self.norms = nn.ModuleList(
+            nn.BatchNorm1d(width) if cfg.norm == "batch" else nn.Identity() for _ in dims[1:]
+        )
         self.residual = [cfg.residual and d == width for d in dims[:-1]]
-        if cfg.jk == "cat":
-            self.readout = nn.Linear(n_hidden * width, num_classes)  # W: (L W) -> C
+        if cfg.layer == "graphnet":  # e_nm^(0) from the edge features (or a constant), g^(0)
+            self.edge_input = nn.Linear(max(edge_channels, 1), width)
+            self.g0 = nn.Parameter(torch.zeros(width))
+        self.embedding_dim = n_hidden * width if cfg.jk == "cat" else dims[-1]
+        if out_channels is None:
+            self.readout = None
+        elif out_layer:
+            self.readout = self._layer(dims[-1], out_channels, output=True)
         else:
-            self.readout = self._layer(dims[-1], num_classes, output=True)
+            self.readout = nn.Linear(self.embedding_dim, out_channels)  # (L W or W) -> C
         self.act = activation_layer(cfg.activation)
         self.drop = nn.Dropout(cfg.dropout)
         for m in self.modules():  # Glorot, as Kipf & Welling and Veličković et al. initialise
@@ -88,30 +130,71 @@ class GNN(nn.Module):
             return GCNLayer(d_in, d_out)  # linear: f is applied here, in embeddings()
         if c.layer == "gat":  # hidden: (N, heads * d_out) concatenated; output: (N, d_out) mean
             heads = c.out_heads if output else c.heads
-            return GATLayer(d_in, d_out, heads=heads, concat=not output, dropout=c.attn_dropout)
+            return GATLayer(
+                d_in, d_out, heads=heads, concat=not output, score=c.score, dropout=c.attn_dropout
+            )
+        if c.layer == "gin":
+            return GINLayer(d_in, d_out, train_eps=c.train_eps, activation=c.activation)
+        if c.layer == "graphnet":
+            return GraphNetworkLayer(d_in, d_in, d_in, d_out, aggr=c.aggr, activation=c.activation)
+        if c.layer == "egnn":  # the residual path is added in embeddings(), as for every layer
+            return EGNNLayer(d_in, d_out, self.edge_channels, c.aggr, "silu", residual=False)
         return MessagePassingLayer(d_in, d_out, aggr=c.aggr, activation="none")
 
-    def _dropout(self, h: Tensor, is_input: bool) -> Tensor:
-        if is_input:  # the node features: often sparse bag-of-words
-            return input_dropout(h, self.cfg.dropout, self.training)
-        return self.drop(h)
-
-    def embeddings(self, x: Tensor, edge_index: Tensor) -> list[Tensor]:
-        """x: (N, F) -> the hidden layers' embeddings [h^(1), ..., h^(L')], each (N, W)."""
-        hs, h = [], x
-        for layer, residual in zip(self.layers, self.residual, strict=True):
-            z = self.act(layer(self._dropout(h, is_input=not hs), edge_index))  # (N, W)
-            h = h + z if residual else z
+    def embeddings(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_attr: Tensor | None = None,
+        pos: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> list[Tensor]:
+        """x: (N, F), edge_index: (2, E), edge_attr: (E, D_e), pos: (N, S), batch: (N,) graph of
+        each node -> the hidden layers' embeddings [h^(1), ..., h^(L')], each (N, W)."""
+        kind = self.cfg.layer
+        h = input_dropout(x, self.cfg.dropout, self.training)
+        if self.input is not None:
+            h = self.input(h)  # (N, W)
+        if kind == "egnn" and pos is None:
+            raise PipelineError("egnn needs node positions (data.pos), e.g. data=esol")
+        if kind == "graphnet":
+            e = self.edge_input(
+                edge_attr if edge_attr is not None else x.new_ones(len(edge_index[0]), 1)
+            )
+            g = self.g0.expand(1 if batch is None else int(batch.max()) + 1, -1)  # (B, W)
+        hs = []
+        for i, layer in enumerate(self.layers):
+            h_in = h if i == 0 else self.drop(h)
+            if kind == "graphnet":
+                z, e, g = layer(h_in, edge_index, e, g, batch)
+            elif kind == "egnn":
+                z, pos = layer(h_in, pos, edge_index, edge_attr)
+            else:
+                z = layer(h_in, edge_index)
+            z = self.act(self.norms[i](z))  # (N, W)
+            h = h + z if self.residual[i] else z
             hs.append(h)
         return hs
 
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        """x: (N, F), edge_index: (2, E) -> logits (N, C)."""
-        hs = self.embeddings(x, edge_index)
-        if self.cfg.jk == "cat":
-            return self.readout(self.drop(torch.cat(hs, dim=-1)))  # (N, L W) -> (N, C)
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_attr: Tensor | None = None,
+        pos: Tensor | None = None,
+        batch: Tensor | None = None,
+    ) -> Tensor:
+        """-> (N, out_channels), or the embeddings (N, embedding_dim) without out_channels."""
+        hs = self.embeddings(x, edge_index, edge_attr, pos, batch)
         h = hs[-1] if hs else x  # (N, W), or (N, F) for a one-layer model
-        return self.readout(self._dropout(h, is_input=not hs), edge_index)  # (N, C)
+        if self.cfg.jk == "cat":
+            h = torch.cat(hs, dim=-1)  # (N, L W)
+        if self.readout is None:
+            return h
+        if isinstance(self.readout, nn.Linear):
+            return self.readout(self.drop(h))
+        h = self.drop(h) if hs else input_dropout(h, self.cfg.dropout, self.training)
+        return self.readout(h, edge_index)  # the output layer: (N, C)
 
 
 def input_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
@@ -131,25 +214,84 @@ def input_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     return out.view_as(x)
 
 
-class NodeClassifier(pl.LightningModule):
-    """Trains a GNN on the labelled nodes of one graph with Adam and L2 weight decay; logs loss
-    and accuracy of the train, val and test nodes."""
+def graph_inputs(batch) -> dict:
+    """The tensors of a PyG Data or Batch that GNN.forward reads."""
+    return {
+        "x": batch.x,
+        "edge_index": batch.edge_index,
+        "edge_attr": batch.get("edge_attr"),
+        "pos": batch.get("pos"),
+        "batch": batch.get("batch"),
+    }
 
-    def __init__(self, in_channels: int, num_classes: int, net: dict, optim: dict):
+
+def cosine_similarity(h: Tensor) -> Tensor:
+    """Mean cosine similarity of the N (N - 1) pairs of distinct rows of h (N, D): 1 when all
+    embeddings point the same way (over-smoothed). O(N D): Σ_{n≠m} u_n·u_m = |Σ u|² - Σ |u|²."""
+    u = F.normalize(h, dim=-1)
+    n = u.size(0)
+    return (u.sum(0).pow(2).sum() - u.pow(2).sum()) / (n * (n - 1))
+
+
+def dirichlet_energy(h: Tensor, edge_index: Tensor) -> Tensor:
+    """(1/N) Σ_{(n,m) ∈ E} |h_n / sqrt(1 + d_n) - h_m / sqrt(1 + d_m)|² (Rusch et al. 2023):
+    how much embeddings vary across edges; it decays towards 0 as layers over-smooth."""
+    src, dst = edge_index
+    d = torch.bincount(dst, minlength=h.size(0)).to(h.dtype)
+    hn = h / (1 + d).sqrt()[:, None]
+    return (hn[src] - hn[dst]).pow(2).sum() / h.size(0)
+
+
+class GNNTask(pl.LightningModule):
+    """What every graph task shares: Adam with L2 weight decay (and an optional step schedule),
+    a NaN check on the training loss, and the model class written into checkpoints."""
+
+    net: GNN
+
+    def _check_finite(self, loss: Tensor) -> None:
+        if not torch.isfinite(loss):
+            raise PipelineError(
+                f"training loss became {loss.item()} at step {self.global_step}; "
+                "lower model.optim.lr or check the data"
+            )
+
+    def _log(self, name: str, value, batch_size: int, prog_bar: bool = False) -> None:
+        self.log(name, value, on_step=False, on_epoch=True, batch_size=batch_size,
+                 prog_bar=prog_bar)  # fmt: skip
+
+    def configure_optimizers(self):
+        o = self.hparams.optim
+        optimizer = adam(self, o)
+        if not o.get("lr_step_epochs"):
+            return optimizer
+        # GIN's schedule: the learning rate times lr_gamma every lr_step_epochs epochs
+        step = torch.optim.lr_scheduler.StepLR(optimizer, o["lr_step_epochs"], o["lr_gamma"])
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": step, "interval": "epoch"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["model_class"] = class_path(self)
+
+
+class NodeClassifier(GNNTask):
+    """Class scores of the nodes of one graph, trained full-batch on its labelled training nodes;
+    logs loss and accuracy of the train, val and test nodes, and, on the test pass, how smooth
+    the last hidden embeddings are (cosine similarity and Dirichlet energy; over-smoothing)."""
+
+    def __init__(self, in_channels: int, out_channels: int, net: dict, optim: dict):
         super().__init__()
         self.save_hyperparameters()
-        self.net = GNN(GNNConfig(**net), in_channels, num_classes)
+        self.net = GNN(GNNConfig(**net), in_channels, out_channels)
         # one metric per stage (train/acc: on the training pass, dropout active, as the papers)
-        self.train_acc = Accuracy(task="multiclass", num_classes=num_classes)
-        self.val_acc = Accuracy(task="multiclass", num_classes=num_classes)
-        self.test_acc = Accuracy(task="multiclass", num_classes=num_classes)
+        self.train_acc = Accuracy(task="multiclass", num_classes=out_channels)
+        self.val_acc = Accuracy(task="multiclass", num_classes=out_channels)
+        self.test_acc = Accuracy(task="multiclass", num_classes=out_channels)
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         return self.net(x, edge_index)
 
     def loss(self, batch, stage: str) -> tuple[Tensor, Tensor, Tensor]:
         """Cross-entropy over the nodes of `<stage>_mask` only -> (loss, logits (M, C), y (M,))."""
-        logits = self.net(batch.x, batch.edge_index)  # (N, C): all nodes pass through the GNN
+        logits = self.net(**graph_inputs(batch))  # (N, C): all nodes pass through the GNN
         mask = batch[f"{stage}_mask"]  # (N,) bool, M of them true
         logits, y = logits[mask], batch.y[mask]  # (M, C), (M,)
         return F.cross_entropy(logits, y), logits, y
@@ -159,18 +301,137 @@ class NodeClassifier(pl.LightningModule):
         acc = getattr(self, f"{stage}_acc")
         acc(logits, y)
         # one graph = one batch: batch_size=1 spares Lightning guessing it from a Data object
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, batch_size=1,
-                 prog_bar=stage != "train")  # fmt: skip
-        self.log(f"{stage}/acc", acc, on_step=False, on_epoch=True, batch_size=1, prog_bar=True)
+        self._log(f"{stage}/loss", loss, 1, prog_bar=stage != "train")
+        self._log(f"{stage}/acc", acc, 1, prog_bar=True)
         return loss
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         loss = self._step(batch, "train")
-        if not torch.isfinite(loss):
-            raise PipelineError(
-                f"training loss became {loss.item()} at step {self.global_step}; "
-                "lower model.optim.lr or check the data"
-            )
+        self._check_finite(loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "test")
+        hs = self.net.embeddings(**graph_inputs(batch))
+        h = hs[-1] if hs else batch.x  # (N, W)
+        self._log("test/cosine_similarity", cosine_similarity(h), 1)
+        self._log("test/dirichlet_energy", dirichlet_energy(h, batch.edge_index), 1)
+
+
+class LinkPredictor(GNNTask):
+    """Edges of one graph: p(n, m) = σ(h_n^T h_m) from node embeddings h (N, W) (the output
+    layer maps to W, with no activation). Each training step scores the training edges against
+    as many node pairs drawn afresh from the non-edges (negative sampling), with binary
+    cross-entropy; val and test score held-out edges and fixed negatives (ROC-AUC)."""
+
+    def __init__(self, in_channels: int, net: dict, optim: dict):
+        super().__init__()
+        self.save_hyperparameters()
+        cfg = GNNConfig(**net)
+        self.net = GNN(cfg, in_channels, out_channels=cfg.hidden)
+        self.val_auroc, self.test_auroc = BinaryAUROC(), BinaryAUROC()
+
+    def score(self, h: Tensor, pairs: Tensor) -> Tensor:
+        """h: (N, W), pairs: (2, P) node pairs (n, m) -> logits h_n^T h_m: (P,)."""
+        return (h[pairs[0]] * h[pairs[1]]).sum(-1)
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        from torch_geometric.utils import negative_sampling
+
+        h = self.net(**graph_inputs(batch))  # (N, W), from the training edges only
+        pos = batch.edge_label_index  # (2, P) training edges
+        neg = negative_sampling(batch.edge_index, batch.num_nodes, pos.size(1))  # (2, P')
+        logits = self.score(h, torch.cat([pos, neg], dim=1))
+        labels = torch.cat([logits.new_ones(pos.size(1)), logits.new_zeros(neg.size(1))])
+        loss = F.binary_cross_entropy_with_logits(logits, labels)
+        self._check_finite(loss)
+        self._log("train/loss", loss, 1)
+        return loss
+
+    def _eval(self, batch, stage: str) -> None:
+        logits = self.score(self.net(**graph_inputs(batch)), batch.edge_label_index)
+        labels = batch.edge_label.float()
+        auroc = getattr(self, f"{stage}_auroc")
+        auroc(logits, labels.long())
+        self._log(f"{stage}/loss", F.binary_cross_entropy_with_logits(logits, labels), 1)
+        self._log(f"{stage}/auroc", auroc, 1, prog_bar=True)
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval(batch, "test")
+
+
+class GraphPredictor(GNNTask):
+    """One output per graph of a batch: an MLP on the readout (sum, mean or max over the nodes of
+    each graph) of the node embeddings, (B, D) -> (B, C) class scores (task
+    "graph_classification": cross-entropy, accuracy) or (B, T) targets ("graph_regression": mean
+    squared error of the standardised targets; RMSE and MAE logged in the targets' units)."""
+
+    def __init__(
+        self,
+        task: str,
+        in_channels: int,
+        out_channels: int,
+        net: dict,
+        optim: dict,
+        edge_channels: int = 0,
+        target_mean: list[float] | None = None,
+        target_std: list[float] | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        cfg = GNNConfig(**net)
+        self.net = GNN(cfg, in_channels, edge_channels=edge_channels)
+        d = self.net.embedding_dim
+        self.head = nn.Sequential(nn.Dropout(cfg.dropout), mlp(d, cfg.hidden, out_channels))
+        self.regression = task == "graph_regression"
+        if self.regression:
+            mean = torch.tensor(target_mean or [0.0] * out_channels)
+            std = torch.tensor(target_std or [1.0] * out_channels)
+            self.register_buffer("target_mean", mean)  # (T,)
+            self.register_buffer("target_std", std)  # (T,)
+        metrics = {}  # one per stage and name, as Lightning needs
+        for stage in ("train", "val", "test"):
+            if self.regression:
+                metrics[f"{stage}_rmse"] = MeanSquaredError(squared=False)
+                metrics[f"{stage}_mae"] = MeanAbsoluteError()
+            else:
+                metrics[f"{stage}_acc"] = Accuracy(task="multiclass", num_classes=out_channels)
+        self.metrics = nn.ModuleDict(metrics)
+
+    def forward(self, batch) -> Tensor:
+        """A PyG Batch of B graphs -> (B, C) logits, or (B, T) predictions in the targets' units."""
+        from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
+
+        pool = {"sum": global_add_pool, "mean": global_mean_pool, "max": global_max_pool}
+        h = self.net(**graph_inputs(batch))  # (N, D)
+        out = self.head(pool[self.net.cfg.readout](h, batch.batch, size=batch.num_graphs))
+        return out * self.target_std + self.target_mean if self.regression else out
+
+    def _step(self, batch, stage: str) -> Tensor:
+        out, y, b = self(batch), batch.y, batch.num_graphs
+        if self.regression:
+            y = y.view(b, -1).to(out.dtype)  # (B, T)
+            loss = F.mse_loss(out / self.target_std, y / self.target_std)  # standardised
+            names = ("rmse", "mae")
+        else:
+            loss = F.cross_entropy(out, y)
+            names = ("acc",)
+        self._log(f"{stage}/loss", loss, b, prog_bar=stage != "train")
+        for name in names:
+            metric = self.metrics[f"{stage}_{name}"]
+            metric(out, y)
+            self._log(f"{stage}/{name}", metric, b, prog_bar=stage != "train")
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        loss = self._step(batch, "train")
+        self._check_finite(loss)
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:
@@ -179,22 +440,36 @@ class NodeClassifier(pl.LightningModule):
     def test_step(self, batch, batch_idx: int) -> None:
         self._step(batch, "test")
 
-    def configure_optimizers(self) -> torch.optim.Adam:
-        return adam(self.net, self.hparams.optim)
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["model_class"] = class_path(self)
+TASKS = {
+    "node": NodeClassifier,
+    "link": LinkPredictor,
+    "graph_classification": GraphPredictor,
+    "graph_regression": GraphPredictor,
+}
 
 
-def adam(net: GNN, o: dict) -> torch.optim.Adam:
-    """Adam with L2 regularisation (coupled weight decay, as both papers add λ/2 ||w||² to the
-    loss) on every parameter, or, with decay="first", on the first layer's only (Kipf & Welling)."""
+def gnn_task(task: str, **kwargs) -> GNNTask:
+    """The LightningModule for `task`, which the data module names (data.task or task=...)."""
+    _check("task", task, tuple(TASKS))
+    cls = TASKS[task]
+    if cls is GraphPredictor:
+        return cls(task=task, **kwargs)
+    kwargs.pop("edge_channels", None)  # node and link tasks read x and edge_index only
+    return cls(**kwargs)
+
+
+def adam(model: nn.Module, o: dict) -> torch.optim.Adam:
+    """Adam over the parameters of `model` (a GNN or a task holding one) with L2 regularisation
+    (coupled weight decay, as both papers add λ/2 ||w||² to the loss) on every parameter, or, with
+    decay="first", on the GNN's first layer's only (Kipf & Welling)."""
     decay = o.get("decay", "all")
     if decay not in ("all", "first"):
         raise PipelineError(f"unknown model.optim.decay {decay!r}; choose all or first")
+    net = next(m for m in model.modules() if isinstance(m, GNN))
     first = net.layers[0] if len(net.layers) else net.readout
-    decayed = {id(p) for p in (first if decay == "first" else net).parameters()}
-    params = list(net.parameters())
+    decayed = {id(p) for p in (first if decay == "first" else model).parameters()}
+    params = list(model.parameters())
     groups = [
         {"params": [p for p in params if id(p) in decayed], "weight_decay": o["weight_decay"]},
         {"params": [p for p in params if id(p) not in decayed], "weight_decay": 0.0},
