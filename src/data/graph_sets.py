@@ -1,0 +1,389 @@
+"""Datasets of many small graphs for graph-level tasks (Bishop, sec. 13.1.3): one label per graph.
+
+Inductive, mini-batch training: each graph is an example, and PyG's `DataLoader` packs a batch
+of B graphs into one disconnected graph, a `torch_geometric.data.Batch` with
+
+    x          float (N, F)     node features of all B graphs, stacked
+    edge_index long  (2, E)     edges, renumbered into the stacked node list
+    edge_attr  float (E, D_e)   edge features, where the dataset has them
+    pos        float (N, 3)     coordinates, where the dataset has them (molecules)
+    batch      long  (N,)       the graph each node belongs to, 0..B-1, for the readout
+    y          long  (B,)       class of each graph (classification), or
+               float (B, T)     T targets of each graph (regression)
+
+and `model_kwargs` tells the model `task`, `in_channels` (F), `out_channels` (classes or T),
+`edge_channels` (D_e, 0 without) and, for regression, `target_mean` / `target_std` (T floats of
+the training split), so that it can standardise its targets.
+
+The train/val/test split is fixed: it is drawn once with `split_seed` and saved as JSON beside
+the processed data, `<root>/<name>/splits/<spec>.json`, so that the DVC prepare stage
+(`python -m src.prepare data=tudataset ...`) produces the dataset and its splits, and every
+later run (any model, any machine) reads the same graphs for training and evaluation.
+
+    python -m src.prepare data=tudataset data.name=MUTAG data.raw_root=../shared/data/TUDataset
+
+TUDataset (Morris et al. 2020; MUTAG, PROTEINS, NCI1, IMDB-BINARY, ...; any name of the
+collection) comes through PyG's `torch_geometric.datasets.TUDataset(root, name)`, which reads
+`<root>/<name>/raw/<name>_*.txt` (fetching the zip when they are absent and the network is
+there) and writes `<root>/<name>/processed/`. As for Planetoid, `raw_root` is a read-only copy
+laid out as `<raw_root>/<name>/raw/`, copied into `root` first. Molecules from MoleculeNet are
+in src/data/molecules.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from src.utils.errors import PipelineError
+
+log = logging.getLogger(__name__)
+
+TASKS = ("graph_classification", "graph_regression")
+SPLITS = ("train", "val", "test")
+FEATURELESS = ("degree", "constant")
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """Copy src to dst unless a file of the same size is there; never a half-copied file under
+    its real name."""
+    if dst.is_file() and dst.stat().st_size == src.stat().st_size:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.part")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dst)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON atomically (tmp file + replace): readers see the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)
+
+
+def reason(e: Exception) -> str:
+    """The first line of an exception's message, for a one-line PipelineError."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def kfold(labels: torch.Tensor | None, n: int, num_folds: int, seed: int) -> list[list[int]]:
+    """Split range(n) into `num_folds` folds, seeded; stratified when `labels` (n,) are given.
+
+    Stratified: the members of each class are shuffled, the classes laid end to end, and the
+    i-th graph of that order goes to fold i mod k. Each class is then spread over the folds as
+    evenly as possible (counts differ by at most 1), and so are the fold sizes: the properties
+    of sklearn's StratifiedKFold, which draws the GIN code's folds (the draw itself differs).
+    """
+    g = torch.Generator().manual_seed(seed)
+    if labels is None:
+        order = torch.randperm(n, generator=g)
+    else:
+        members = [(labels == c).nonzero().view(-1) for c in labels.unique(sorted=True)]
+        order = torch.cat([m[torch.randperm(len(m), generator=g)] for m in members])
+    return [order[i::num_folds].sort().values.tolist() for i in range(num_folds)]
+
+
+class GraphSetDataModule(pl.LightningDataModule):
+    """Many graphs, batched by PyG's DataLoader, with a fixed split saved beside the dataset.
+
+    Subclasses set `self.name`, `self.dataset_dir` (`<root>/<name>`, holding raw/, processed/
+    and splits/) and implement `load()` (the PyG InMemoryDataset), `split_spec` (the split's
+    file name, without .json) and `make_splits()` (what that file holds); `pick()` turns the
+    file's content into the train/val/test index lists.
+    """
+
+    def __init__(self, batch_size: int, num_workers: int, task: str | None):
+        super().__init__()
+        if task is not None and task not in TASKS:
+            raise PipelineError(
+                f"task {task!r} is not a task of a graph-set dataset; choose one of {TASKS} "
+                "(or null for the dataset's own)"
+            )
+        if batch_size < 1:
+            raise PipelineError(f"data.batch_size={batch_size} must be at least 1")
+        self.batch_size, self.num_workers, self.requested_task = batch_size, num_workers, task
+        self._dataset = None
+        self._splits = None
+
+    # ------------------------------------------------------------ what subclasses provide
+
+    def load(self):
+        raise NotImplementedError
+
+    @property
+    def split_spec(self) -> str:
+        raise NotImplementedError
+
+    def make_splits(self) -> dict:
+        raise NotImplementedError
+
+    def pick(self, saved: dict) -> dict[str, list[int]]:
+        return {split: saved[split] for split in SPLITS}
+
+    def natural_task(self) -> str:
+        """The dataset's own task: regression for float targets, else classification."""
+        return TASKS[1] if self.dataset.y.is_floating_point() else TASKS[0]
+
+    # ------------------------------------------------------------ the data
+
+    @property
+    def dataset(self):
+        """The whole PyG InMemoryDataset, fetched and processed on first use."""
+        if self._dataset is None:
+            self._dataset = self.load()
+            self.task  # noqa: B018  a task the dataset cannot serve fails here, before any split
+        return self._dataset
+
+    @property
+    def task(self) -> str:
+        task = self.natural_task()
+        if self.requested_task not in (None, task):
+            raise PipelineError(
+                f"{self.name} is a {task} dataset: task={self.requested_task!r} is not supported"
+            )
+        return task
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """Every graph's target, in dataset order: long (G,) classes or float (G, T) values."""
+        y = self.dataset.y
+        if self.task == TASKS[0]:
+            return y.view(-1).long()
+        return y.view(len(self.dataset), -1).float()
+
+    @property
+    def splits_path(self) -> Path:
+        return self.dataset_dir / "splits" / f"{self.split_spec}.json"
+
+    @property
+    def splits(self) -> dict[str, torch.Tensor]:
+        """train/val/test graph indices (long tensors), read from the saved split, which is
+        drawn and written on first use."""
+        if self._splits is None:
+            n, path = len(self.dataset), self.splits_path
+            if path.is_file():
+                saved = json.loads(path.read_text())
+                if saved.get("num_graphs") != n:
+                    raise PipelineError(
+                        f"the saved split {path} is for {saved.get('num_graphs')} graphs, but "
+                        f"{self.name} has {n}; delete it to draw a new one"
+                    )
+            else:
+                saved = {"num_graphs": n, **self.make_splits()}
+                write_json(path, saved)
+                log.info("%s: split saved to %s", self.name, path)
+            self._splits = {
+                k: torch.tensor(v, dtype=torch.long) for k, v in self.pick(saved).items()
+            }
+            for split, index in self._splits.items():
+                if len(index) == 0:
+                    raise PipelineError(f"{self.name} has no graphs in its {split} split")
+            log.info(
+                "%s: %d graphs, %d node features, %d edge features, task %s; "
+                "train/val/test graphs %s",
+                self.name, n, self.in_channels, self.edge_channels, self.task,
+                "/".join(str(len(self._splits[s])) for s in SPLITS),
+            )  # fmt: skip
+        return self._splits
+
+    @property
+    def in_channels(self) -> int:
+        return self.dataset[0].x.size(1)
+
+    @property
+    def edge_channels(self) -> int:
+        edge_attr = self.dataset[0].get("edge_attr")
+        return 0 if edge_attr is None else edge_attr.size(1)
+
+    @property
+    def model_kwargs(self) -> dict:
+        """What the model needs to know about the data (train.py passes it to the model)."""
+        kwargs = {"task": self.task, "in_channels": self.in_channels}
+        y = self.targets
+        if self.task == TASKS[0]:
+            kwargs["out_channels"] = int(y.max()) + 1
+        else:
+            train = y[self.splits["train"]]
+            kwargs["out_channels"] = y.size(1)
+            kwargs["target_mean"] = train.mean(0).tolist()
+            kwargs["target_std"] = train.std(0).tolist()
+        kwargs["edge_channels"] = self.edge_channels
+        return kwargs
+
+    # ------------------------------------------------------------ Lightning's hooks
+
+    def prepare_data(self) -> None:
+        self.splits  # noqa: B018  fetch, process and split once, so that model_kwargs can be read
+
+    def setup(self, stage: str | None = None) -> None:
+        self.splits  # noqa: B018
+
+    def _loader(self, split: str):
+        from torch_geometric.loader import DataLoader
+
+        return DataLoader(
+            self.dataset[self.splits[split]],
+            batch_size=self.batch_size,
+            shuffle=split == "train",
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self):
+        return self._loader("train")
+
+    def val_dataloader(self):
+        return self._loader("val")
+
+    def test_dataloader(self):
+        return self._loader("test")
+
+
+class TUFeatures:
+    """What TUDataset graphs go through on access (PyG's `transform`), so that every graph has
+    float node features x and only non-empty edge features.
+
+    x is the one-hot node label (and, with use_node_attr, the node attributes). Graphs without
+    either (the social networks: IMDB-BINARY, COLLAB, REDDIT-...) get, as in the GIN paper, a
+    one-hot of the node's degree, (N, max_degree + 1) with max_degree over the whole dataset
+    (`fill="degree"`), or a constant 1, (N, 1) (`fill="constant"`, GIN's choice for REDDIT,
+    whose degrees run into the thousands). Edge features of zero width (no edge labels) are
+    dropped; regression targets become (1, T) per graph, so that a batch holds (B, T).
+    """
+
+    def __init__(self, fill: str | None, max_degree: int, regression: bool):
+        self.fill, self.max_degree, self.regression = fill, max_degree, regression
+
+    def __call__(self, data):
+        from torch_geometric.utils import degree, one_hot
+
+        if self.fill == "degree":
+            deg = degree(data.edge_index[0], data.num_nodes, dtype=torch.long)
+            data.x = one_hot(deg, num_classes=self.max_degree + 1)
+        elif self.fill == "constant":
+            data.x = torch.ones(data.num_nodes, 1)
+        if data.get("edge_attr") is not None and data.edge_attr.size(1) == 0:
+            del data.edge_attr
+        if self.regression:
+            data.y = data.y.view(1, -1).float()
+        return data
+
+
+class TUDataModule(GraphSetDataModule):
+    """A dataset of the TUDataset collection by name (MUTAG, PROTEINS, NCI1, IMDB-BINARY, ...),
+    split for k-fold cross-validation as in the GIN paper (Xu et al. 2019).
+
+    The graphs are dealt into `num_folds` folds with `split_seed`, stratified by class (plain
+    shuffled folds for regression targets); run `fold` trains on the other folds and holds this
+    one out. The held-out fold is both the val and the test split: GIN reports the accuracy on
+    the held-out folds at the one epoch where its mean over the 10 folds is best, so a run logs
+    val/acc (= test/acc) per epoch on its fold and the sweep over fold=0..9 picks the epoch. The
+    epoch is thus chosen on the test folds, which flatters the figures (Errica et al. 2020);
+    it is the protocol the published numbers use.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        name: str = "MUTAG",
+        raw_root: str | None = None,
+        download: bool = True,
+        task: str | None = None,
+        use_node_attr: bool = False,
+        featureless: str = "degree",
+        num_folds: int = 10,
+        fold: int = 0,
+        split_seed: int = 0,
+        batch_size: int = 32,
+        num_workers: int = 0,
+    ):
+        super().__init__(batch_size, num_workers, task)
+        if featureless not in FEATURELESS:
+            raise PipelineError(f"unknown featureless={featureless!r}; choose one of {FEATURELESS}")
+        if num_folds < 2:
+            raise PipelineError(f"data.num_folds={num_folds} must be at least 2")
+        if not 0 <= fold < num_folds:
+            raise PipelineError(
+                f"data.fold={fold} is out of range: the {num_folds} folds are 0..{num_folds - 1}"
+            )
+        self.save_hyperparameters(logger=False)
+        self.name, self.root = name, Path(root)
+        self.dataset_dir = self.root / name
+        self.raw_dir = self.dataset_dir / "raw"  # where PyG reads; processed/ goes beside it
+
+    def _required(self, raw_dir: Path) -> list[Path]:
+        return [raw_dir / f"{self.name}_{part}.txt" for part in ("A", "graph_indicator")]
+
+    def _copy_raw(self) -> None:
+        """Copy `<raw_root>/<name>/raw/*` into `<root>/<name>/raw/` (once)."""
+        source = Path(self.hparams.raw_root).expanduser() / self.name / "raw"
+        missing = [f.name for f in self._required(source) if not f.is_file()]
+        if missing:
+            raise PipelineError(
+                f"TUDataset {self.name} raw files missing in {source}: {', '.join(missing)} "
+                f"(data.raw_root must hold {self.name}/raw/{self.name}_*.txt)"
+            )
+        for src in sorted(p for p in source.iterdir() if p.is_file()):
+            copy_file(src, self.raw_dir / src.name)
+
+    def load(self):
+        from torch_geometric.datasets import TUDataset
+        from torch_geometric.utils import degree
+
+        hp = self.hparams
+        if hp.raw_root:
+            self._copy_raw()
+        have_raw = all(f.is_file() for f in self._required(self.raw_dir))
+        hint = (
+            f"set data.raw_root to a folder holding {self.name}/raw/{self.name}_*.txt "
+            "(e.g. ../shared/data/TUDataset)"
+        )
+        if not have_raw and not hp.download:
+            raise PipelineError(
+                f"TUDataset {self.name} not found in {self.raw_dir} and data.download=false; {hint}"
+            )
+        try:
+            dataset = TUDataset(str(self.root), self.name, use_node_attr=hp.use_node_attr)
+        except Exception as e:
+            if have_raw:  # e.g. a truncated or foreign file
+                raise PipelineError(
+                    f"cannot read TUDataset {self.name} from {self.dataset_dir} ({reason(e)})"
+                ) from e
+            raise PipelineError(
+                f"could not download TUDataset {self.name} into {self.raw_dir} ({reason(e)}); "
+                "is the name one of the collection (https://chrsmrrs.github.io/datasets/)? "
+                f"Offline, {hint}"
+            ) from e
+        x = dataset.get(0).get("x")  # get(): the stored graph, before any transform
+        fill = hp.featureless if x is None or x.size(1) == 0 else None
+        max_degree = 0
+        if fill == "degree":
+            graphs = (dataset.get(i) for i in range(len(dataset)))
+            max_degree = max(int(degree(g.edge_index[0], g.num_nodes).max()) for g in graphs)
+        regression = dataset.y.is_floating_point()
+        dataset.transform = TUFeatures(fill, max_degree, regression)
+        return dataset
+
+    @property
+    def split_spec(self) -> str:
+        kind = "stratified" if self.task == TASKS[0] else "random"
+        return f"{kind}-{self.hparams.num_folds}fold-seed{self.hparams.split_seed}"
+
+    def make_splits(self) -> dict:
+        hp = self.hparams
+        labels = self.targets if self.task == TASKS[0] else None
+        return {"folds": kfold(labels, len(self.dataset), hp.num_folds, hp.split_seed)}
+
+    def pick(self, saved: dict) -> dict[str, list[int]]:
+        folds = saved["folds"]
+        held_out = folds[self.hparams.fold]
+        train = sorted(i for k, fold in enumerate(folds) if k != self.hparams.fold for i in fold)
+        return {"train": train, "val": held_out, "test": held_out}
