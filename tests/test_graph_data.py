@@ -188,8 +188,7 @@ def test_missing_tu_data(tmp_path, monkeypatch):
 def test_prepare_stage_writes_dataset_and_folds(tmp_path):
     if not (TU_RAW / "MUTAG" / "raw" / "MUTAG_A.txt").exists():
         pytest.skip(f"shared dataset missing: {TU_RAW}/MUTAG/raw")
-    # ++: the top-level `task` key may not be in conf/train.yaml yet; ++ adds or overrides it
-    common = ["data=tudataset", f"data.raw_root={TU_RAW}", f"data.root={tmp_path}", "++task=null"]
+    common = ["data=tudataset", f"data.raw_root={TU_RAW}", f"data.root={tmp_path}"]
     assert_ok(run_module("src.prepare", *common))
     assert (tmp_path / "MUTAG" / "processed" / "data.pt").is_file()
     assert (tmp_path / "MUTAG" / "splits" / "stratified-10fold-seed0.json").is_file()
