@@ -22,8 +22,11 @@ def report_errors():
     except PipelineError as e:
         message = str(e)
     except InstantiationException as e:  # e.g. a misspelt argument, or settings that clash
-        lines = [ln.strip() for ln in str(e).strip().splitlines()]
-        message = " ".join(ln for ln in lines if ln and not ln.startswith("full_key:"))
+        if isinstance(e.__cause__, PipelineError):  # raised by the constructor itself
+            message = str(e.__cause__)
+        else:
+            lines = [ln.strip() for ln in str(e).strip().splitlines()]
+            message = " ".join(ln for ln in lines if ln and not ln.startswith("full_key:"))
     else:
         return
     logging.getLogger(__name__).debug("exiting on error", exc_info=True)
