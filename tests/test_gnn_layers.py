@@ -136,6 +136,27 @@ def test_gin_matches_dense_reference() -> None:
     assert GINLayer(D, C).eps.requires_grad is False  # GIN-0
 
 
+def test_gine_edge_features_match_dense_reference() -> None:
+    """h' = MLP((1 + ε) h_n + Σ_m ReLU(h_m + W_e e_nm + b_e)) (GINE), from a dense (N, N, D_e)
+    tensor of edge features; without edge_attr the layer refuses, as GIN refuses one."""
+    d_e = 3
+    layer = GINLayer(D, C, train_eps=True, edge_channels=d_e).to(DT).eval()
+    with torch.no_grad():
+        layer.eps.fill_(0.3)
+    h, edge_index = features(N, D), random_graph()
+    edge_attr = features(edge_index.size(1), d_e)
+    dense_e = torch.zeros(N, N, d_e, dtype=DT)
+    dense_e[edge_index[1], edge_index[0]] = edge_attr  # e_nm of the edge m -> n at [n, m]
+    messages = torch.relu(h[None, :, :] + layer.w_edge(dense_e))  # (N, N, D): from m to n
+    z = (dense_adjacency(edge_index)[:, :, None] * messages).sum(dim=1)
+    expected = layer.mlp(1.3 * h + z)
+    torch.testing.assert_close(layer(h, edge_index, edge_attr), expected, **TOL)
+    with pytest.raises(ValueError, match="edge_attr"):
+        layer(h, edge_index)
+    with pytest.raises(ValueError, match="edge_attr"):
+        GINLayer(D, C).to(DT)(h, edge_index, edge_attr)
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["self+neigh", "shared"])
 @pytest.mark.parametrize("aggr", MessagePassingLayer.AGGREGATIONS)
 def test_aggregation_matches_dense_reference(aggr: str, shared: bool) -> None:

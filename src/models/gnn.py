@@ -68,6 +68,7 @@ class GNNConfig:
     score: str = "mlp"  # gat: mlp | bilinear attention scores
     aggr: str = "mean"  # mpnn: sum | mean | max | min | symmetric | mlp; graphnet, egnn: sum | mean
     train_eps: bool = False  # gin: learn ε (GIN-ε) or keep it 0 (GIN-0)
+    edge_features: bool = False  # gin: the data's edge features enter the messages (GINE)
     readout: str = "sum"  # graph tasks: sum | mean | max of the node embeddings of a graph
 
 
@@ -94,6 +95,8 @@ class GNN(nn.Module):
         _check("readout", cfg.readout, READOUTS)
         if cfg.num_layers < 1:
             raise PipelineError(f"num_layers={cfg.num_layers}: a GNN needs at least one layer")
+        if cfg.edge_features and not edge_channels:
+            raise PipelineError("model.net.edge_features=true, but the data has no edge features")
         self.cfg, self.edge_channels = cfg, edge_channels
         width = cfg.hidden * cfg.heads if cfg.layer == "gat" else cfg.hidden  # W
         embed = cfg.layer in WIDTH_PRESERVING
@@ -134,7 +137,8 @@ class GNN(nn.Module):
                 d_in, d_out, heads=heads, concat=not output, score=c.score, dropout=c.attn_dropout
             )
         if c.layer == "gin":
-            return GINLayer(d_in, d_out, train_eps=c.train_eps, activation=c.activation)
+            edges = self.edge_channels if c.edge_features else 0  # GINE (Hu et al. 2020)
+            return GINLayer(d_in, d_out, c.train_eps, activation=c.activation, edge_channels=edges)
         if c.layer == "graphnet":
             return GraphNetworkLayer(d_in, d_in, d_in, d_out, aggr=c.aggr, activation=c.activation)
         if c.layer == "egnn":  # the residual path is added in embeddings(), as for every layer
@@ -169,6 +173,8 @@ class GNN(nn.Module):
                 z, e, g = layer(h_in, edge_index, e, g, batch)
             elif kind == "egnn":
                 z, pos = layer(h_in, pos, edge_index, edge_attr)
+            elif kind == "gin" and self.cfg.edge_features:
+                z = layer(h_in, edge_index, edge_attr)
             else:
                 z = layer(h_in, edge_index)
             z = self.act(self.norms[i](z))  # (N, W)

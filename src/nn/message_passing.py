@@ -141,6 +141,10 @@ class GINLayer(MessagePassing):
     the MLP after it is injective enough that GIN separates graphs as well as the
     Weisfeiler-Lehman test. ε is learned with train_eps=True, else 0 (GIN-0, the paper's best).
     The MLP is Linear -> BatchNorm -> f -> Linear, as in the paper.
+
+    With edge_channels > 0 the bonds of a molecule, say, enter the messages (GINE, Hu et al.
+    2020): h_n' = MLP((1 + ε) h_n + Σ_m f(h_m + W_e e_nm + b_e)), W_e mapping the edge
+    features e_nm (D_e) to the width of h.
     """
 
     def __init__(
@@ -150,6 +154,7 @@ class GINLayer(MessagePassing):
         train_eps: bool = False,
         batch_norm: bool = True,
         activation: str = "relu",
+        edge_channels: int = 0,
     ):
         super().__init__(aggr="sum")
         self.eps = nn.Parameter(torch.zeros(1), requires_grad=train_eps)
@@ -159,14 +164,19 @@ class GINLayer(MessagePassing):
             activation_layer(activation),
             nn.Linear(out_channels, out_channels),
         )
+        self.w_edge = nn.Linear(edge_channels, in_channels) if edge_channels else None
+        self.act = activation_layer(activation)
 
-    def forward(self, h: Tensor, edge_index: Tensor) -> Tensor:
-        """h: (N, D_in), edge_index: (2, E) -> (N, D_out)."""
-        z = self.propagate(edge_index, x=h)  # Σ_m h_m: (N, D_in)
+    def forward(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None = None) -> Tensor:
+        """h: (N, D_in), edge_index: (2, E), edge_attr: (E, D_e) or None -> (N, D_out)."""
+        if (self.w_edge is None) != (edge_attr is None):
+            raise ValueError("GINLayer: edge_attr must be given exactly when edge_channels > 0")
+        e = None if edge_attr is None else self.w_edge(edge_attr)  # W_e e_nm: (E, D_in)
+        z = self.propagate(edge_index, x=h, e=e)  # Σ_m h_m or Σ_m f(h_m + W_e e_nm): (N, D_in)
         return self.mlp((1 + self.eps) * h + z)
 
-    def message(self, x_j: Tensor) -> Tensor:
-        return x_j
+    def message(self, x_j: Tensor, e: Tensor | None) -> Tensor:
+        return x_j if e is None else self.act(x_j + e)
 
 
 class GATLayer(MessagePassing):
