@@ -17,7 +17,8 @@ The tasks read the embeddings differently:
   map of every layer's embedding of the node, y_n = W [h_n^(1) ⊕ ... ⊕ h_n^(L)] + b;
 - link prediction (LinkPredictor): p(n, m) = σ(h_n^T h_m) (sec. 13.1.3);
 - graph classification and regression (GraphPredictor): an MLP on a sum, mean or max readout of
-  the node embeddings of each graph (sec. 13.1.3).
+  the node embeddings of each graph (sec. 13.1.3), or (head="layers", GIN's) a sum over the
+  layers, the input included, of a linear map of each layer's readout.
 `gnn_task` picks the task that the data module names.
 """
 
@@ -50,6 +51,7 @@ WIDTH_PRESERVING = ("graphnet", "egnn")  # their layers map D -> D: x is embedde
 JK = ("none", "cat")
 NORMS = ("none", "batch")
 READOUTS = ("sum", "mean", "max")
+HEADS = ("mlp", "layers")
 
 
 @dataclass
@@ -70,6 +72,8 @@ class GNNConfig:
     train_eps: bool = False  # gin: learn ε (GIN-ε) or keep it 0 (GIN-0)
     edge_features: bool = False  # gin: the data's edge features enter the messages (GINE)
     readout: str = "sum"  # graph tasks: sum | mean | max of the node embeddings of a graph
+    head: str = "mlp"  # graph tasks: mlp | layers (Xu et al.: Σ_l W_l readout(h^(l)), l = 0..L)
+    head_dropout: float | None = None  # graph tasks: dropout in the head; None: dropout
 
 
 def _check(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -376,7 +380,12 @@ class GraphPredictor(GNNTask):
     """One output per graph of a batch: an MLP on the readout (sum, mean or max over the nodes of
     each graph) of the node embeddings, (B, D) -> (B, C) class scores (task
     "graph_classification": cross-entropy, accuracy) or (B, T) targets ("graph_regression": mean
-    squared error of the standardised targets; RMSE and MAE logged in the targets' units)."""
+    squared error of the standardised targets; RMSE and MAE logged in the targets' units).
+
+    head="layers" is the readout of Xu et al. (2019): y = Σ_{l=0..L} Dropout(W_l r(h^(l)) + b_l)
+    over the input features h^(0) = x and every layer's embeddings, whatever jk says; as in
+    their code, the dropout acts on each layer's scores, "after the dense layer". head="mlp"
+    drops the readout's inputs. head_dropout (None: dropout) is the rate in either head."""
 
     def __init__(
         self,
@@ -392,9 +401,17 @@ class GraphPredictor(GNNTask):
         super().__init__()
         self.save_hyperparameters()
         cfg = GNNConfig(**net)
+        _check("head", cfg.head, HEADS)
         self.net = GNN(cfg, in_channels, edge_channels=edge_channels)
-        d = self.net.embedding_dim
-        self.head = nn.Sequential(nn.Dropout(cfg.dropout), mlp(d, cfg.hidden, out_channels))
+        p = cfg.dropout if cfg.head_dropout is None else cfg.head_dropout
+        if cfg.head == "mlp":
+            d = self.net.embedding_dim
+            self.head = nn.Sequential(nn.Dropout(p), mlp(d, cfg.hidden, out_channels))
+        else:  # one W_l per layer: h^(0) = x (F wide), then the L hidden layers (W wide)
+            width = cfg.hidden * cfg.heads if cfg.layer == "gat" else cfg.hidden
+            dims = [in_channels] + [width] * len(self.net.layers)
+            self.head = nn.ModuleList(nn.Linear(d, out_channels) for d in dims)
+            self.head_drop = nn.Dropout(p)
         self.regression = task == "graph_regression"
         if self.regression:
             mean = torch.tensor(target_mean or [0.0] * out_channels)
@@ -415,8 +432,16 @@ class GraphPredictor(GNNTask):
         from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 
         pool = {"sum": global_add_pool, "mean": global_mean_pool, "max": global_max_pool}
-        h = self.net(**graph_inputs(batch))  # (N, D)
-        out = self.head(pool[self.net.cfg.readout](h, batch.batch, size=batch.num_graphs))
+        readout = pool[self.net.cfg.readout]
+        if self.net.cfg.head == "mlp":
+            h = self.net(**graph_inputs(batch))  # (N, D)
+            out = self.head(readout(h, batch.batch, size=batch.num_graphs))
+        else:
+            hs = [batch.x, *self.net.embeddings(**graph_inputs(batch))]  # h^(0), ..., h^(L)
+            out = sum(
+                self.head_drop(w(readout(h, batch.batch, size=batch.num_graphs)))  # (B, C)
+                for w, h in zip(self.head, hs, strict=True)
+            )
         return out * self.target_std + self.target_mean if self.regression else out
 
     def _step(self, batch, stage: str) -> Tensor:
