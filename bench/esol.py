@@ -131,9 +131,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/esol")
+    p.add_argument("--data-root", type=Path, help="data.root (default: OUT/data)")
+    p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     args = p.parse_args()
     raw_file, out = args.raw_file.resolve(), args.out.resolve()
-    data_root = out / "data"
+    data_root = (args.data_root or out / "data").resolve()
     result = {
         "bench": "esol",
         "split": "random 80/10/10, split_seed 0 (902/113/113)",
@@ -152,6 +154,8 @@ def main() -> None:
     for model, runs in summaries.items():
         result[model] = summarise(model, runs)
     print(json.dumps(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

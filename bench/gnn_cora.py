@@ -101,11 +101,11 @@ class InterleavedBareLoop(pl.Callback):
         (Path(trainer.default_root_dir) / "epoch_times.json").write_text(json.dumps(result))
 
 
-def run(model: str, raw_root: Path, seed: int, run_dir: Path) -> dict:
+def run(model: str, data: list[str], seed: int, run_dir: Path) -> dict:
     """One training run through `python -m src.train`; returns its metrics and epoch times."""
     cmd = [
-        sys.executable, "-m", "src.train", f"experiment={model}_cora",
-        f"data.raw_root={raw_root}", f"seed={seed}", "logger=csv", f"hydra.run.dir={run_dir}",
+        sys.executable, "-m", "src.train", f"experiment={model}_cora", *data,
+        f"seed={seed}", "logger=csv", f"hydra.run.dir={run_dir}",
         "+callbacks.bare_loop._target_=bench.gnn_cora.InterleavedBareLoop",
     ]  # fmt: skip
     print("$", " ".join(cmd), flush=True)
@@ -166,20 +166,24 @@ def main() -> None:
     p.add_argument("--raw-root", type=Path, default=ROOT / "../shared/data/planetoid")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     p.add_argument("--models", nargs="+", choices=sorted(REFERENCES), default=["gcn", "gat"])
+    p.add_argument("--data-root", type=Path, help="data.root (default: the preset's)")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/gnn_cora")
+    p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     args = p.parse_args()
+    data = [f"data.raw_root={args.raw_root.resolve()}"]
+    if args.data_root:
+        data.append(f"data.root={args.data_root.resolve()}")
     result = {"bench": "gnn_cora", "seeds": args.seeds, "torch_threads": torch.get_num_threads()}
     summaries = {}
     for model in args.models:
-        runs = [
-            run(model, args.raw_root.resolve(), s, args.out.resolve() / f"{model}-seed{s}")
-            for s in args.seeds
-        ]
+        runs = [run(model, data, s, args.out.resolve() / f"{model}-seed{s}") for s in args.seeds]
         summaries[model] = runs
     for model, runs in summaries.items():
         result[model] = summarise(model, runs)
     result["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
     print(json.dumps(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

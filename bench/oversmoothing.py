@@ -37,11 +37,11 @@ MEASURES = {
 }
 
 
-def sweep(raw_root: Path, seeds: list[int], out: Path) -> list[dict]:
+def sweep(data: list[str], seeds: list[int], out: Path) -> list[dict]:
     """One multirun over depths x variants x seeds; -> one record per job."""
     cmd = [
-        sys.executable, "-m", "src.train", "experiment=oversmoothing",
-        f"data.raw_root={raw_root}", "logger=csv", "callbacks.progress_bar.refresh_rate=0",
+        sys.executable, "-m", "src.train", "experiment=oversmoothing", *data,
+        "logger=csv", "callbacks.progress_bar.refresh_rate=0",
         f"seed={','.join(map(str, seeds))}", f"hydra.sweep.dir={out}",
     ]  # fmt: skip
     print("$", " ".join(cmd), flush=True)
@@ -122,9 +122,14 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/oversmoothing")
     p.add_argument("--plot", type=Path, default=ROOT / "docs/oversmoothing.png")
+    p.add_argument("--data-root", type=Path, help="data.root (default: the preset's)")
+    p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     p.add_argument("--no-wandb", action="store_true")
     args = p.parse_args()
-    summary = summarise(sweep(args.raw_root.resolve(), args.seeds, args.out.resolve()))
+    data = [f"data.raw_root={args.raw_root.resolve()}"]
+    if args.data_root:
+        data.append(f"data.root={args.data_root.resolve()}")
+    summary = summarise(sweep(data, args.seeds, args.out.resolve()))
     print(f"{'variant':<18} {'depth':>5} {'acc %':>6} {'cos sim':>8} {'Dirichlet':>10}")
     for variant, by_depth in summary.items():
         for depth, m in by_depth.items():
@@ -134,7 +139,10 @@ def main() -> None:
     print(f"plot: {args.plot}")
     if not args.no_wandb:
         log_to_wandb(args.plot, summary, args.out.resolve())
-    print(json.dumps({"bench": "oversmoothing", "seeds": args.seeds, "summary": summary}))
+    result = {"bench": "oversmoothing", "seeds": args.seeds, "summary": summary}
+    print(json.dumps(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
