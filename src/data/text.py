@@ -154,7 +154,7 @@ def encode_documents(tokenizer, docs: list[str]) -> np.ndarray:
     disable_progress_bars()
     eos = tokenizer.token_to_id(EOS)
     ds = Dataset.from_dict({"text": docs}).map(
-        lambda b: {"ids": [e.ids + [eos] for e in tokenizer.encode_batch(b["text"])]},
+        lambda b: {"ids": [[*e.ids, eos] for e in tokenizer.encode_batch(b["text"])]},
         batched=True,
         remove_columns=["text"],
         new_fingerprint="encode",  # the tokenizer is not hashable; nothing is cached on disk
@@ -226,7 +226,7 @@ def prepare_corpus(
 
 
 class TokenWindows(Dataset):
-    """Windows of block_size + 1 tokens from a memmap, addressed by start offset: x = w[:-1], y = w[1:].
+    """Windows w of block_size + 1 tokens from a memmap, by start offset: x = w[:-1], y = w[1:].
 
     `__getitems__` fetches a whole batch with one fancy-indexing call instead of B slices.
     """
