@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
+from src.data.graphs import copy_file, reason, write_json
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -48,30 +47,6 @@ log = logging.getLogger(__name__)
 TASKS = ("graph_classification", "graph_regression")
 SPLITS = ("train", "val", "test")
 FEATURELESS = ("degree", "constant")
-
-
-def copy_file(src: Path, dst: Path) -> None:
-    """Copy src to dst unless a file of the same size is there; never a half-copied file under
-    its real name."""
-    if dst.is_file() and dst.stat().st_size == src.stat().st_size:
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.part")
-    shutil.copyfile(src, tmp)
-    tmp.replace(dst)
-
-
-def write_json(path: Path, obj) -> None:
-    """Write JSON atomically (tmp file + replace): readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
-    tmp.write_text(json.dumps(obj))
-    tmp.replace(path)
-
-
-def reason(e: Exception) -> str:
-    """The first line of an exception's message, for a one-line PipelineError."""
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def kfold(labels: torch.Tensor | None, n: int, num_folds: int, seed: int) -> list[list[int]]:

@@ -27,7 +27,9 @@ first. Features are row-normalised (`NormalizeFeatures`), as both papers do.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import shutil
 from collections.abc import Iterator
@@ -35,7 +37,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
@@ -48,6 +49,30 @@ PLANETOID = ("Cora", "CiteSeer", "PubMed")
 PLANETOID_SPLITS = ("public", "full", "random")
 PLANETOID_RAW = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """Copy src to dst unless a file of the same size is there; never a half-copied file under
+    its real name."""
+    if dst.is_file() and dst.stat().st_size == src.stat().st_size:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.part")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dst)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write JSON atomically (tmp file + replace): readers see the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)
+
+
+def reason(e: Exception) -> str:
+    """The first line of an exception's message, for a one-line PipelineError."""
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 @contextmanager
@@ -214,12 +239,8 @@ class PlanetoidDataModule(FullGraphDataModule):
                 f"Planetoid {self.name} raw files missing in {source}: {', '.join(missing)} "
                 f"(data.raw_root must hold {self.name}/raw/ind.{self.name.lower()}.*)"
             )
-        self.raw_dir.mkdir(parents=True, exist_ok=True)
         for src, dst in zip(self.raw_files(source), self.raw_files(self.raw_dir), strict=True):
-            if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
-                tmp = dst.with_name(dst.name + ".part")
-                shutil.copyfile(src, tmp)
-                tmp.replace(dst)  # never a half-copied file under its real name
+            copy_file(src, dst)
 
     def load(self):
         from torch_geometric.datasets import Planetoid
@@ -249,13 +270,12 @@ class PlanetoidDataModule(FullGraphDataModule):
                     transform=NormalizeFeatures() if hp.normalize_features else None,
                 )
         except Exception as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if have_raw:  # e.g. a truncated or foreign file
                 raise PipelineError(
-                    f"cannot read Planetoid {self.name} from {self.root / self.name} ({reason})"
+                    f"cannot read Planetoid {self.name} from {self.root / self.name} ({reason(e)})"
                 ) from e
             raise PipelineError(
-                f"could not download Planetoid {self.name} into {self.raw_dir} ({reason}); "
+                f"could not download Planetoid {self.name} into {self.raw_dir} ({reason(e)}); "
                 f"offline, {hint}"
             ) from e
         return dataset[0]  # the transform runs here, once
