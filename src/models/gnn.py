@@ -253,8 +253,9 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> Tensor:
 
 
 class GNNTask(pl.LightningModule):
-    """What every graph task shares: Adam with L2 weight decay (and an optional step schedule),
-    a NaN check on the training loss, and the model class written into checkpoints."""
+    """What every graph task shares: the train/val/test steps around the task's `_step`, Adam
+    with L2 weight decay (and an optional step schedule), a NaN check on the training loss, and
+    the model class written into checkpoints."""
 
     net: GNN
 
@@ -264,6 +265,21 @@ class GNNTask(pl.LightningModule):
                 f"training loss became {loss.item()} at step {self.global_step}; "
                 "lower model.optim.lr or check the data"
             )
+
+    def _step(self, batch, stage: str) -> Tensor:
+        """The loss of `batch` for stage train, val or test, with the stage's metrics logged."""
+        raise NotImplementedError
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        loss = self._step(batch, "train")
+        self._check_finite(loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "test")
 
     def _log(self, name: str, value, batch_size: int, prog_bar: bool = False) -> None:
         self.log(name, value, on_step=False, on_epoch=True, batch_size=batch_size,
@@ -315,16 +331,8 @@ class NodeClassifier(GNNTask):
         self._log(f"{stage}/acc", acc, 1, prog_bar=True)
         return loss
 
-    def training_step(self, batch, batch_idx: int) -> Tensor:
-        loss = self._step(batch, "train")
-        self._check_finite(loss)
-        return loss
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "val")
-
     def test_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "test")
+        super().test_step(batch, batch_idx)
         hs = self.net.embeddings(**graph_inputs(batch))
         h = hs[-1] if hs else batch.x  # (N, W)
         self._log("test/cosine_similarity", cosine_similarity(h), 1)
@@ -348,32 +356,23 @@ class LinkPredictor(GNNTask):
         """h: (N, W), pairs: (2, P) node pairs (n, m) -> logits h_n^T h_m: (P,)."""
         return (h[pairs[0]] * h[pairs[1]]).sum(-1)
 
-    def training_step(self, batch, batch_idx: int) -> Tensor:
-        from torch_geometric.utils import negative_sampling
+    def _step(self, batch, stage: str) -> Tensor:
+        h = self.net(**graph_inputs(batch))  # (N, W), from the message-passing edges only
+        pairs, labels = batch.edge_label_index, batch.edge_label.float()  # (2, P), (P,)
+        if stage == "train":  # the training edges against as many non-edges, drawn afresh
+            from torch_geometric.utils import negative_sampling
 
-        h = self.net(**graph_inputs(batch))  # (N, W), from the training edges only
-        pos = batch.edge_label_index  # (2, P) training edges
-        neg = negative_sampling(batch.edge_index, batch.num_nodes, pos.size(1))  # (2, P')
-        logits = self.score(h, torch.cat([pos, neg], dim=1))
-        labels = torch.cat([logits.new_ones(pos.size(1)), logits.new_zeros(neg.size(1))])
+            neg = negative_sampling(batch.edge_index, batch.num_nodes, pairs.size(1))
+            pairs = torch.cat([pairs, neg], dim=1)
+            labels = torch.cat([labels, labels.new_zeros(neg.size(1))])
+        logits = self.score(h, pairs)
         loss = F.binary_cross_entropy_with_logits(logits, labels)
-        self._check_finite(loss)
-        self._log("train/loss", loss, 1)
+        self._log(f"{stage}/loss", loss, 1, prog_bar=stage != "train")
+        if stage != "train":
+            auroc = getattr(self, f"{stage}_auroc")
+            auroc(logits, labels.long())
+            self._log(f"{stage}/auroc", auroc, 1, prog_bar=True)
         return loss
-
-    def _eval(self, batch, stage: str) -> None:
-        logits = self.score(self.net(**graph_inputs(batch)), batch.edge_label_index)
-        labels = batch.edge_label.float()
-        auroc = getattr(self, f"{stage}_auroc")
-        auroc(logits, labels.long())
-        self._log(f"{stage}/loss", F.binary_cross_entropy_with_logits(logits, labels), 1)
-        self._log(f"{stage}/auroc", auroc, 1, prog_bar=True)
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._eval(batch, "test")
 
 
 class GraphPredictor(GNNTask):
@@ -459,17 +458,6 @@ class GraphPredictor(GNNTask):
             metric(out, y)
             self._log(f"{stage}/{name}", metric, b, prog_bar=stage != "train")
         return loss
-
-    def training_step(self, batch, batch_idx: int) -> Tensor:
-        loss = self._step(batch, "train")
-        self._check_finite(loss)
-        return loss
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "test")
 
 
 TASKS = {
