@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = (ROOT / ".." / "shared" / "data").resolve()
 SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
+ESOL_CSV = SHARED / "esol" / "delaney-processed.csv"
 
 
 @pytest.fixture
@@ -38,6 +39,18 @@ def shakespeare() -> Path:
     if not SHAKESPEARE.exists():
         pytest.skip(f"shared dataset missing: {SHAKESPEARE}")
     return SHAKESPEARE
+
+
+@pytest.fixture(scope="session")
+def esol_root(tmp_path_factory) -> Path:
+    """A data root with ESOL processed (RDKit 3D coordinates: ~20 s), once for the session."""
+    from src.data.molecules import MoleculeNetDataModule
+
+    if not ESOL_CSV.exists():
+        pytest.skip(f"shared dataset missing: {ESOL_CSV}")
+    root = tmp_path_factory.mktemp("moleculenet")
+    MoleculeNetDataModule(root=str(root), raw_file=str(ESOL_CSV)).prepare_data()
+    return root
 
 
 def run_module(

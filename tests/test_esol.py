@@ -8,28 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SHARED, assert_ok, run_module
+from tests.conftest import ROOT, assert_ok, run_module
 
-ESOL_CSV = SHARED / "esol" / "delaney-processed.csv"
 MODELS = ("gin", "egnn")
 # a few molecules of work: one thread avoids thread-pool stalls when the CPUs are busy
 ENV = {"OMP_NUM_THREADS": "1"}
-
-
-@pytest.fixture(scope="module")
-def esol_root(tmp_path_factory) -> Path:
-    """A root with ESOL processed and its random split saved: once for the module."""
-    from src.data.molecules import MoleculeNetDataModule
-
-    if not ESOL_CSV.exists():
-        pytest.skip(f"shared dataset missing: {ESOL_CSV}")
-    root = tmp_path_factory.mktemp("moleculenet")
-    MoleculeNetDataModule(root=str(root), raw_file=str(ESOL_CSV)).prepare_data()
-    return root
 
 
 def compose(model: str):

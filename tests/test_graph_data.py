@@ -22,7 +22,6 @@ from src.utils.errors import PipelineError
 from tests.conftest import SHARED, assert_ok, assert_one_error_line, run_module
 
 TU_RAW = SHARED / "TUDataset"
-ESOL_CSV = SHARED / "esol" / "delaney-processed.csv"
 SPLITS = ("train", "val", "test")
 
 
@@ -33,16 +32,6 @@ def mutag_root(tmp_path_factory) -> Path:
         pytest.skip(f"shared dataset missing: {TU_RAW}/MUTAG/raw")
     root = tmp_path_factory.mktemp("tudataset")
     TUDataModule(root=str(root), raw_root=str(TU_RAW)).prepare_data()
-    return root
-
-
-@pytest.fixture(scope="module")
-def esol_root(tmp_path_factory) -> Path:
-    """A root with ESOL processed (3D coordinates included): once for the module."""
-    if not ESOL_CSV.exists():
-        pytest.skip(f"shared dataset missing: {ESOL_CSV}")
-    root = tmp_path_factory.mktemp("moleculenet")
-    MoleculeNetDataModule(root=str(root), raw_file=str(ESOL_CSV)).prepare_data()
     return root
 
 
