@@ -30,6 +30,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
+from torch_geometric.utils import negative_sampling
 from torchmetrics import Accuracy, MeanAbsoluteError, MeanSquaredError
 from torchmetrics.classification import BinaryAUROC
 
@@ -50,7 +52,8 @@ LAYERS = ("gcn", "gat", "gin", "mpnn", "graphnet", "egnn")
 WIDTH_PRESERVING = ("graphnet", "egnn")  # their layers map D -> D: x is embedded first
 JK = ("none", "cat")
 NORMS = ("none", "batch")
-READOUTS = ("sum", "mean", "max")
+POOLS = {"sum": global_add_pool, "mean": global_mean_pool, "max": global_max_pool}
+READOUTS = tuple(POOLS)
 HEADS = ("mlp", "layers")
 
 
@@ -360,8 +363,6 @@ class LinkPredictor(GNNTask):
         h = self.net(**graph_inputs(batch))  # (N, W), from the message-passing edges only
         pairs, labels = batch.edge_label_index, batch.edge_label.float()  # (2, P), (P,)
         if stage == "train":  # the training edges against as many non-edges, drawn afresh
-            from torch_geometric.utils import negative_sampling
-
             neg = negative_sampling(batch.edge_index, batch.num_nodes, pairs.size(1))
             pairs = torch.cat([pairs, neg], dim=1)
             labels = torch.cat([labels, labels.new_zeros(neg.size(1))])
