@@ -32,7 +32,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from src.models.gpt import adamw
+from src.models.base import adamw
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_VAL_LOSS, REF_TOKENS_PER_SEC = 1.886, 16_000

@@ -11,12 +11,15 @@ stacks without warm-up tricks; GPT-2 and most later models use it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from src.nn.activations import activation_layer
 from src.nn.attention import MultiHeadAttention
+from src.nn.positional import positional_encoding
 
 
 @dataclass
@@ -114,3 +117,64 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, **kwargs)
         return self.norm(x)
+
+
+@dataclass
+class TokenTransformerConfig(TransformerConfig):
+    vocab_size: int = 256  # K, set from the tokenizer by the data module
+    block_size: int = 128  # the context window: the longest sequence the model sees
+    pos_encoding: str = "learned"  # "learned", "sinusoidal" or "none"
+    pos_base: float = 10000.0  # L in the sinusoidal encoding
+    tie_weights: bool = True  # share the token embedding and output matrices
+
+
+class TokenTransformer(nn.Module):
+    """Token ids -> embeddings + positional encodings -> L layers -> a linear head over the K
+    tokens of the vocabulary. Causal, it is GPT's decoder (sec. 12.3.2); bidirectional with
+    padding masks, BERT's encoder (sec. 12.3.3)."""
+
+    def __init__(self, cfg: TokenTransformerConfig, causal: bool):
+        super().__init__()
+        self.cfg, self.causal = cfg, causal
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_enc = positional_encoding(
+            cfg.pos_encoding, cfg.d_model, cfg.block_size, cfg.pos_base
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+        self.transformer = Transformer(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.tok_emb.weight  # fewer parameters, better perplexity
+        self.apply(self._init_weights)
+        # GPT-2: scale the projections into the residual stream by 1/sqrt(2L) so that the
+        # variance of the residual sum does not grow with depth
+        for name, p in self.named_parameters():
+            if name.endswith(("w_o.weight", "mlp.2.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def hidden(self, idx: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """idx: (B, T) token ids, T <= block_size; key_padding_mask: (B, T), True at padding
+        -> the last layer's outputs (B, T, D)."""
+        t = idx.size(1)
+        if t > self.cfg.block_size:
+            raise ValueError(f"sequence of {t} tokens exceeds block_size {self.cfg.block_size}")
+        x = self.tok_emb(idx)  # (B, T, D)
+        if self.pos_enc is not None:
+            x = x + self.pos_enc(torch.arange(t, device=idx.device))
+        return self.transformer(self.drop(x), causal=self.causal, key_padding_mask=key_padding_mask)
+
+    def forward(
+        self, idx: Tensor, key_padding_mask: Tensor | None = None, last_only: bool = False
+    ) -> Tensor:
+        """(B, T) -> logits (B, T, K), or (B, 1, K) if last_only."""
+        x = self.hidden(idx, key_padding_mask)
+        if last_only:  # generation needs only the next token: skip T-1 rows of the K-way head
+            x = x[:, -1:]
+        return self.lm_head(x)

@@ -11,7 +11,9 @@ from src.utils.errors import PipelineError
 
 
 def class_path(obj) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+    """`module.QualName` of a class, or of an object's class."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def load_checkpoint(path: str | Path, expected_class: str | None = None) -> dict:
