@@ -170,10 +170,19 @@ def prepare_corpus(
     tokenizer: str,
     vocab_size: int | None,
     splits: tuple[float, float, float],
+    tokenizer_file: str | None = None,
 ) -> None:
     """Tokenise `files` into `out_dir`, skipping the work when it is already there for the same
     inputs and settings. Written into a temporary folder and renamed, so an interrupted or
-    failed run never leaves files that look complete."""
+    failed run never leaves files that look complete.
+
+    `tokenizer_file` (a saved tokenizer.json) replaces training a tokenizer, e.g. to pre-train on
+    a corpus with the tokenizer of the task the model will be fine-tuned on."""
+    if tokenizer_file is not None:
+        if not Path(tokenizer_file).is_file():
+            raise PipelineError(f"tokenizer file not found: {tokenizer_file}")
+        tokenizer_json = Path(tokenizer_file).read_text()
+        tokenizer = "file:" + hashlib.sha256(tokenizer_json.encode()).hexdigest()[:16]
     settings = {
         "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
         "tokenizer": tokenizer,
@@ -189,7 +198,10 @@ def prepare_corpus(
 
     log.info("tokenising %d file(s) with the %s tokenizer -> %s", len(files), tokenizer, out_dir)
     docs = read_documents(files)
-    tok = train_tokenizer(tokenizer, docs, vocab_size)
+    if tokenizer_file is not None:
+        tok = load_tokenizer(tokenizer_json)
+    else:
+        tok = train_tokenizer(tokenizer, docs, vocab_size)
     ids = encode_documents(tok, docs)
     dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32
 
@@ -294,6 +306,7 @@ class TextDataModule(pl.LightningDataModule):
         raw_path: str | None = None,
         tokenizer: str = "bpe",
         vocab_size: int | None = 4096,
+        tokenizer_file: str | None = None,
         splits: tuple[float, float, float] = (0.9, 0.05, 0.05),
         block_size: int = 128,
         batch_size: int = 32,
@@ -314,7 +327,8 @@ class TextDataModule(pl.LightningDataModule):
         if path is None and hp.url:  # a named public corpus, fetched once
             path = download(hp.url, Path(hp.raw_path), hp.sha256)
         files = corpus_files(path, hp.glob)
-        prepare_corpus(self.processed_dir, files, hp.tokenizer, hp.vocab_size, tuple(hp.splits))
+        prepare_corpus(self.processed_dir, files, hp.tokenizer, hp.vocab_size, tuple(hp.splits),
+                       hp.tokenizer_file)  # fmt: skip
 
     @property
     def meta(self) -> dict:

@@ -13,6 +13,16 @@ from rich.panel import Panel
 from rich.text import Text
 
 
+def token_ids(batch) -> torch.Tensor | None:
+    """The (B, T) token ids of a text batch: x of language-model windows (x, y), or `input_ids`
+    of a labelled batch; None for other batches (graphs)."""
+    if isinstance(batch, (tuple, list)):
+        return batch[0]
+    if isinstance(batch, dict):
+        return batch["input_ids"]
+    return None
+
+
 class Throughput(pl.Callback):
     """Logs `train/tokens_per_sec`: the elements of the input batches (tokens, for text) that all
     processes consume per second of training, validation pauses excluded; for graph batches (PyG
@@ -25,9 +35,8 @@ class Throughput(pl.Callback):
 
     @staticmethod
     def _size(batch) -> tuple[str, int]:
-        if isinstance(batch, (tuple, list)):
-            return "tokens", batch[0].numel()
-        return "nodes", batch.num_nodes
+        ids = token_ids(batch)
+        return ("tokens", ids.numel()) if ids is not None else ("nodes", batch.num_nodes)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == 0 and batch_idx == 0:
@@ -98,7 +107,7 @@ class AttentionMaps(pl.Callback):
         tokenizer = getattr(trainer.datamodule, "tokenizer", None)
         if trainer.sanity_checking or not trainer.is_global_zero or tokenizer is None:
             return
-        x, _ = next(iter(trainer.datamodule.val_dataloader()))
+        x = token_ids(next(iter(trainer.datamodule.val_dataloader())))
         x = x[:1, : self.tokens].to(pl_module.device)  # (1, T)
         with record_attention(pl_module) as maps:
             pl_module(x)

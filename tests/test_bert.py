@@ -1,0 +1,192 @@
+"""BERT (sec. 12.3.3): the masked-LM corruption, padding, bidirectionality, loading a pre-trained
+encoder for fine-tuning, and LoRA fine-tuning."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from src.models.bert import (
+    CLS_ID,
+    IGNORE,
+    MASK_ID,
+    N_SPECIAL,
+    PAD_ID,
+    BertClassifier,
+    BertMLM,
+    mask_tokens,
+)
+from src.nn.attention import record_attention
+from src.nn.lora import LoRALinear, count_parameters
+from src.utils.errors import PipelineError
+
+V = 50
+NET = dict(n_layer=2, n_head=2, d_model=16, block_size=24, dropout=0.0)
+OPTIM = dict(lr=1e-2, betas=[0.9, 0.99], weight_decay=0.0, warmup_steps=1, decay_steps=10,
+             min_lr=1e-3)  # fmt: skip
+LORA = dict(rank=2, alpha=4.0, targets=["w_q", "w_v"])
+
+
+@pytest.fixture(autouse=True)
+def _seed(one_thread):
+    torch.manual_seed(0)
+
+
+def classifier(**kw) -> BertClassifier:
+    return BertClassifier(NET, OPTIM, vocab_size=V, num_classes=3, **kw).eval()
+
+
+def random_ids(b: int, t: int) -> torch.Tensor:
+    ids = torch.randint(N_SPECIAL, V, (b, t))
+    ids[:, 0] = CLS_ID
+    return ids
+
+
+# ---------------------------------------------------------------- masked-LM corruption
+
+
+def test_masking_proportions_hold_on_a_large_batch():
+    ids = random_ids(256, 512)
+    ids[:, -50:] = PAD_ID
+    g = torch.Generator().manual_seed(1)
+    inputs, targets = mask_tokens(ids, V, generator=g)
+    chosen = targets != IGNORE
+    ordinary = ids >= N_SPECIAL
+    n = chosen.sum().item()
+    assert not chosen[~ordinary].any()  # never <cls> or <pad>
+    assert abs(n / ordinary.sum().item() - 0.15) < 0.005
+    assert torch.equal(targets[chosen], ids[chosen])
+    assert torch.equal(inputs[~chosen], ids[~chosen])  # only chosen tokens are corrupted
+    masked = (inputs[chosen] == MASK_ID).float().mean().item()
+    kept = (inputs[chosen] == ids[chosen]).float().mean().item()
+    changed = ((inputs[chosen] != MASK_ID) & (inputs[chosen] != ids[chosen])).float().mean().item()
+    # a random replacement equals the original with probability 1 / (V - N_SPECIAL)
+    p_same = 1 / (V - N_SPECIAL)
+    assert abs(masked - 0.8) < 0.01
+    assert abs(kept - (0.1 + 0.1 * p_same)) < 0.01
+    assert abs(changed - 0.1 * (1 - p_same)) < 0.01
+    assert inputs[chosen & (inputs != MASK_ID)].min() >= N_SPECIAL  # random tokens are ordinary
+
+
+def test_mlm_loss_only_at_chosen_positions():
+    model = BertMLM(NET, OPTIM, vocab_size=V)
+    ids = random_ids(4, 24)
+    g = torch.Generator().manual_seed(0)
+    loss, _ = model._step({"input_ids": ids}, g)
+    inputs, targets = mask_tokens(ids, V, generator=torch.Generator().manual_seed(0))
+    logits = model(inputs)
+    chosen = targets != IGNORE
+    expected = torch.nn.functional.cross_entropy(logits[chosen], targets[chosen])
+    assert torch.allclose(loss, expected)
+
+
+def test_language_model_windows_start_with_cls():
+    from src.models.bert import as_ids
+
+    x = random_ids(2, 8)
+    x[:, 0] = 17
+    assert (as_ids((x, x))[:, 0] == CLS_ID).all() and (x[:, 0] == 17).all()  # x untouched
+
+
+# ---------------------------------------------------------------- encoder
+
+
+def test_padding_gets_no_attention_and_does_not_change_the_outputs():
+    model = classifier(task="tag")
+    ids = random_ids(1, 10)
+    padded = torch.cat([ids, torch.full((1, 6), PAD_ID)], dim=1)
+    with torch.no_grad(), record_attention(model) as maps:
+        out = model(padded)
+    assert torch.allclose(out[:, :10], model(ids), atol=1e-5)
+    for weights in maps:  # (1, H, T, T): no query attends to a padded key
+        assert (weights[..., 10:] == 0).all()
+
+
+def test_tagger_loss_ignores_padded_positions():
+    model = classifier(task="tag")
+    ids = torch.cat([random_ids(2, 10), torch.full((2, 4), PAD_ID)], dim=1)
+    labels = torch.randint(0, 3, ids.shape).masked_fill(ids == PAD_ID, IGNORE)
+    loss, logits, flat = model._step({"input_ids": ids, "labels": labels})
+    keep = flat != IGNORE
+    assert keep.sum() == 20
+    assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits[keep], flat[keep]))
+
+
+def test_encoder_is_bidirectional():
+    """The output at position 2 depends on a later token (GPT's would not)."""
+    model = classifier(task="tag")
+    ids = random_ids(1, 12)
+    later = ids.clone()
+    later[0, 9] = (ids[0, 9] - N_SPECIAL + 1) % (V - N_SPECIAL) + N_SPECIAL
+    with torch.no_grad():
+        assert not torch.allclose(model(ids)[0, 2], model(later)[0, 2])
+
+
+def test_task_and_labels_must_agree():
+    ids = random_ids(2, 8)
+    with pytest.raises(PipelineError, match="bert_tagger"):
+        classifier(task="cls")._step({"input_ids": ids, "labels": torch.zeros_like(ids)})
+
+
+# ---------------------------------------------------------------- from a pre-trained encoder
+
+
+def save_checkpoint(module, path):
+    """What Lightning writes, as far as fine-tuning reads it."""
+    ckpt = {"state_dict": module.state_dict()}
+    module.on_save_checkpoint(ckpt)
+    torch.save(ckpt, path)
+    return path
+
+
+def test_fine_tuning_starts_from_the_pretrained_encoder(tmp_path):
+    mlm = BertMLM(NET, OPTIM, vocab_size=V)
+    path = save_checkpoint(mlm, tmp_path / "mlm.ckpt")
+    fine = classifier(pretrained=str(path))
+    for name, p in mlm.net.state_dict().items():
+        assert torch.equal(fine.net.state_dict()[name], p), name
+
+
+def test_pretrained_checkpoint_of_another_model_or_shape(tmp_path):
+    other = save_checkpoint(classifier(), tmp_path / "cls.ckpt")
+    with pytest.raises(PipelineError, match=r"not a src\.models\.bert\.BertMLM"):
+        classifier(pretrained=str(other))
+    small_vocab = save_checkpoint(BertMLM(NET, OPTIM, vocab_size=V - 1), tmp_path / "mlm.ckpt")
+    with pytest.raises(PipelineError, match="does not fit"):
+        classifier(pretrained=str(small_vocab))
+
+
+# ---------------------------------------------------------------- LoRA fine-tuning
+
+
+def test_lora_trains_only_adapters_and_head_and_merges_exactly():
+    model = classifier(lora=LORA).train()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_" in n or n.startswith("head.") for n in trainable)
+    n_lora = NET["n_layer"] * 2 * LORA["rank"] * (16 + 16)
+    assert count_parameters(model)[0] == n_lora + 16 * 3 + 3
+
+    frozen = {n: p.clone() for n, p in model.named_parameters() if not p.requires_grad}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    batch = {"input_ids": random_ids(8, 12), "labels": torch.randint(0, 3, (8,))}
+    for _ in range(3):
+        opt.zero_grad()
+        model._step(batch)[0].backward()
+        opt.step()
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+
+    model.eval()
+    with torch.no_grad():
+        before = model(batch["input_ids"])
+        merged = model.merged()
+        assert not any(isinstance(m, LoRALinear) for m in merged.modules())
+        assert torch.allclose(merged(batch["input_ids"]), before, atol=1e-5)
+
+
+def test_lora_at_initialisation_equals_the_base_model():
+    base = classifier()
+    torch.manual_seed(0)  # the same W_0 and head: the adapters are drawn after them
+    lora = classifier(lora=LORA)
+    ids = random_ids(3, 10)
+    with torch.no_grad():
+        assert torch.equal(lora(ids), base(ids))
