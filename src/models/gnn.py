@@ -328,7 +328,7 @@ class NodeClassifier(GNNTask):
     def _step(self, batch, stage: str) -> Tensor:
         loss, logits, y = self.loss(batch, stage)
         acc = getattr(self, f"{stage}_acc")
-        acc(logits, y)
+        acc.update(logits, y)  # logged as an object: computed once, at the epoch end
         # one graph = one batch: batch_size=1 spares Lightning guessing it from a Data object
         self._log(f"{stage}/loss", loss, 1, prog_bar=stage != "train")
         self._log(f"{stage}/acc", acc, 1, prog_bar=True)
@@ -371,7 +371,7 @@ class LinkPredictor(GNNTask):
         self._log(f"{stage}/loss", loss, 1, prog_bar=stage != "train")
         if stage != "train":
             auroc = getattr(self, f"{stage}_auroc")
-            auroc(logits, labels.long())
+            auroc.update(logits, labels.long())
             self._log(f"{stage}/auroc", auroc, 1, prog_bar=True)
         return loss
 
@@ -456,7 +456,7 @@ class GraphPredictor(GNNTask):
         self._log(f"{stage}/loss", loss, b, prog_bar=stage != "train")
         for name in names:
             metric = self.metrics[f"{stage}_{name}"]
-            metric(out, y)
+            metric.update(out, y)
             self._log(f"{stage}/{name}", metric, b, prog_bar=stage != "train")
         return loss
 
