@@ -190,3 +190,65 @@ def test_lora_at_initialisation_equals_the_base_model():
     ids = random_ids(3, 10)
     with torch.no_grad():
         assert torch.equal(lora(ids), base(ids))
+
+
+# ---------------------------------------------------------------- the chain, as a user runs it
+
+TINY = ["model.net.n_layer=1", "model.net.d_model=16", "model.net.n_head=2", "data.batch_size=8",
+        "data.block_size=32", "callbacks.progress_bar.refresh_rate=0", "logger=csv"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, shakespeare):
+    """Prepare the speaker task, then pre-train on its corpus for a few steps."""
+    from tests.conftest import assert_ok, run_module
+
+    root = tmp_path_factory.mktemp("bert")
+    data = [f"paths.data_dir={root / 'data'}", f"data.raw={shakespeare}"]
+    assert_ok(run_module("src.prepare", "data=text_cls", *data))
+    run = root / "pretrain"
+    assert_ok(run_module("src.train", "experiment=bert_pretrain_speakers", *TINY,
+                         f"paths.data_dir={root / 'data'}", "trainer.max_steps=6",
+                         "data.steps_per_epoch=3", "trainer.limit_val_batches=2",
+                         f"hydra.run.dir={run}"))  # fmt: skip
+    return root, data, run / "checkpoints" / "last.ckpt"
+
+
+def test_pretraining_logs_masked_accuracy(pretrained):
+    import json
+
+    metrics = json.loads((pretrained[2].parents[1] / "metrics.json").read_text())
+    assert {"train/loss", "train/masked_acc", "val/loss", "val/masked_acc"} <= set(metrics)
+    ckpt = torch.load(pretrained[2], weights_only=True)
+    assert ckpt["model_class"] == "src.models.bert.BertMLM"
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_fine_tuning_from_the_pretrained_checkpoint(pretrained, lora):
+    import json
+
+    from tests.conftest import assert_ok, run_module
+
+    root, data, ckpt = pretrained
+    run = root / f"finetune-lora{lora}"
+    extra = ["model.lora.rank=2"] if lora else []
+    assert_ok(run_module("src.train", "experiment=bert_finetune_speakers", *TINY, *data, *extra,
+                         f"model.pretrained={ckpt}", "trainer.max_steps=4",
+                         "trainer.limit_train_batches=2", "trainer.limit_val_batches=2",
+                         "trainer.limit_test_batches=2", f"hydra.run.dir={run}"))  # fmt: skip
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"val/acc", "val/f1", "test/acc", "test/f1", "params/trainable"} <= set(metrics)
+    assert (metrics["params/fraction"] < 0.2) == lora
+
+
+def test_fine_tuning_from_a_gpt_checkpoint_is_one_error_line(pretrained, tmp_path):
+    from tests.conftest import assert_one_error_line, run_module
+
+    _, data, ckpt = pretrained
+    state = torch.load(ckpt, weights_only=True)
+    state["model_class"] = "src.models.gpt.GPTLitModule"
+    torch.save(state, tmp_path / "gpt.ckpt")
+    proc = run_module("src.train", "experiment=bert_finetune_speakers", *TINY, *data,
+                      f"model.pretrained={tmp_path / 'gpt.ckpt'}",
+                      f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    assert_one_error_line(proc, "holds a src.models.gpt.GPTLitModule, not a")

@@ -66,16 +66,21 @@ def test_dvc_repro_runs_then_is_a_noop(tmp_path):
 
 
 def test_every_benchmark_is_a_dvc_stage():
-    """`dvc repro` reproduces the README's tables: each GNN bench script is a stage whose JSON
-    result is its metrics file (checked without running them: `dvc stage list`)."""
+    """`dvc repro` reproduces the README's tables: each bench script is a stage whose JSON
+    result is its metrics file (checked without running them: `dvc stage list`); BERT's
+    benchmark fine-tunes the checkpoint of the pre-training stage."""
     bin_dir = Path(sys.executable).parent
     out = subprocess.run([str(bin_dir / "dvc"), "stage", "list"], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout  # fmt: skip
-    for stage in ("bench_gnn_cora", "bench_gin_mutag", "bench_esol", "oversmoothing",
-                  "prepare_graphs@esol"):  # fmt: skip
+    benches = ("bench_gnn_cora", "bench_gin_mutag", "bench_esol", "oversmoothing",
+               "bench_bert_speakers")  # fmt: skip
+    for stage in (*benches, "prepare_graphs@esol", "prepare_text_cls", "bert_pretrain"):
         assert stage in out
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for name in ("bench_gnn_cora", "bench_gin_mutag", "bench_esol", "oversmoothing"):
+    for name in benches:
         script = stages[name]["cmd"].split()[1]
         assert (ROOT / script).is_file() and stages[name]["metrics"]
         assert script in stages[name]["deps"]
+    pretrained = stages["bert_pretrain"]["outs"][0]
+    assert pretrained in stages["bench_bert_speakers"]["deps"]
+    assert pretrained in stages["bench_bert_speakers"]["cmd"]

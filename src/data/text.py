@@ -85,8 +85,9 @@ def read_documents(files: list[Path]) -> list[str]:
     return docs
 
 
-def download(url: str, dest: Path, sha256: str | None = None) -> Path:
-    """Fetch `url` once into `dest` (written atomically, checked against `sha256` when given)."""
+def download(url: str, dest: Path, sha256: str | None = None, key: str = "data.path") -> Path:
+    """Fetch `url` once into `dest` (written atomically, checked against `sha256` when given);
+    `key` is the setting that points at a local copy instead, named when the download fails."""
     if dest.exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +98,7 @@ def download(url: str, dest: Path, sha256: str | None = None) -> Path:
             shutil.copyfileobj(r, f)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise PipelineError(f"could not download {url} ({e}); pass data.path=FILE instead") from e
+        raise PipelineError(f"could not download {url} ({e}); pass {key}=FILE instead") from e
     digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     if sha256 and digest != sha256:
         tmp.unlink()

@@ -433,7 +433,7 @@ class TextClsDataModule(pl.LightningDataModule):
             return p
         if hp.raw_path is None:
             raise PipelineError("set data.raw (a copy of tiny Shakespeare) or data.raw_path")
-        return download(hp.url, Path(hp.raw_path), hp.sha256)
+        return download(hp.url, Path(hp.raw_path), hp.sha256, key="data.raw")
 
     def _settings(self) -> dict:
         hp = self.hparams
