@@ -166,6 +166,10 @@ class TokenTransformer(nn.Module):
         if t > self.cfg.block_size:
             raise ValueError(f"sequence of {t} tokens exceeds block_size {self.cfg.block_size}")
         x = self.tok_emb(idx)  # (B, T, D)
+        if self.cfg.pos_encoding == "sinusoidal":
+            # the fixed encoding has unit amplitude while the embeddings start at std 0.02:
+            # scaled by sqrt(D) (Vaswani et al.) the tokens are not drowned by their positions
+            x = x * math.sqrt(self.cfg.d_model)
         if self.pos_enc is not None:
             x = x + self.pos_enc(torch.arange(t, device=idx.device))
         return self.transformer(self.drop(x), causal=self.causal, key_padding_mask=key_padding_mask)
