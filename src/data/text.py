@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 EOS, UNK, PAD, CLS, SEP, MASK = "<|endoftext|>", "<unk>", "<pad>", "<cls>", "<sep>", "<mask>"
 SPECIAL_TOKENS = [EOS, UNK, PAD, CLS, SEP, MASK]  # ids 0..5 in every tokenizer built here
+PAD_ID, CLS_ID, MASK_ID = (SPECIAL_TOKENS.index(t) for t in (PAD, CLS, MASK))
 SPLITS = ("train", "val", "test")
 # Generated tables and test data are not the human-written text we want from the stdlib.
 STDLIB_EXCLUDE = {"site-packages", "test", "tests", "idle_test", "encodings", "pydoc_data"}

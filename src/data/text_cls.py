@@ -63,8 +63,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from src.data.text import (
-    CLS,
-    PAD,
+    CLS_ID,
+    PAD_ID,
     SPECIAL_TOKENS,
     SPLITS,
     download,
@@ -78,7 +78,6 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when the processed layout changes, so old folders are rebuilt
 IGNORE = -100  # label of tokens that carry none (CLS, padding, later sub-tokens of a word)
-CLS_ID, PAD_ID = SPECIAL_TOKENS.index(CLS), SPECIAL_TOKENS.index(PAD)
 TASKS = {"cls": "shakespeare_speakers", "tag": "python_tokens"}  # task -> its built-in source
 SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from src.data.text import CLS, MASK, PAD, SPECIAL_TOKENS
+from src.data.text import CLS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
+from src.data.text_cls import IGNORE
 from src.models.base import TransformerModule
 from src.nn.lora import add_lora, count_parameters, merge_lora
 from src.nn.transformer import TokenTransformer, TokenTransformerConfig
@@ -32,10 +33,7 @@ from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
-# every tokenizer built by src.data.text puts its special tokens first, in this order
-PAD_ID, CLS_ID, MASK_ID = (SPECIAL_TOKENS.index(t) for t in (PAD, CLS, MASK))
-N_SPECIAL = len(SPECIAL_TOKENS)
-IGNORE = -100  # F.cross_entropy's ignore_index: positions without a target
+N_SPECIAL = len(SPECIAL_TOKENS)  # ids below this are <pad>, <cls>, <mask>, ...: never chosen
 
 
 def mask_tokens(
