@@ -149,6 +149,21 @@ def load_tokenizer(json_str: str):
     return Tokenizer.from_str(json_str)
 
 
+def load_tokenizer_file(path: str | Path):
+    """A saved tokenizer.json, checked to hold the special tokens at the ids every model here
+    assumes (0..5, as train_tokenizer builds them)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise PipelineError(f"tokenizer file not found: {path}")
+    tok = load_tokenizer(path.read_text())
+    if [tok.token_to_id(t) for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):
+        raise PipelineError(
+            f"tokenizer file {path} lacks the special tokens {SPECIAL_TOKENS} at ids "
+            f"0..{len(SPECIAL_TOKENS) - 1}"
+        )
+    return tok
+
+
 def encode_documents(tokenizer, docs: list[str]) -> np.ndarray:
     """One stream of ids, documents separated by EOS, tokenised by `datasets.map` in batches."""
     from datasets import Dataset, disable_progress_bars
@@ -181,10 +196,8 @@ def prepare_corpus(
     `tokenizer_file` (a saved tokenizer.json) replaces training a tokenizer, e.g. to pre-train on
     a corpus with the tokenizer of the task the model will be fine-tuned on."""
     if tokenizer_file is not None:
-        if not Path(tokenizer_file).is_file():
-            raise PipelineError(f"tokenizer file not found: {tokenizer_file}")
-        tokenizer_json = Path(tokenizer_file).read_text()
-        tokenizer = "file:" + hashlib.sha256(tokenizer_json.encode()).hexdigest()[:16]
+        tok = load_tokenizer_file(tokenizer_file)
+        tokenizer = "file:" + hashlib.sha256(tok.to_str().encode()).hexdigest()[:16]
     settings = {
         "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
         "tokenizer": tokenizer,
@@ -200,9 +213,7 @@ def prepare_corpus(
 
     log.info("tokenising %d file(s) with the %s tokenizer -> %s", len(files), tokenizer, out_dir)
     docs = read_documents(files)
-    if tokenizer_file is not None:
-        tok = load_tokenizer(tokenizer_json)
-    else:
+    if tokenizer_file is None:
         tok = train_tokenizer(tokenizer, docs, vocab_size)
     ids = encode_documents(tok, docs)
     dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32

@@ -65,10 +65,10 @@ from torch.utils.data import DataLoader, Dataset
 from src.data.text import (
     CLS_ID,
     PAD_ID,
-    SPECIAL_TOKENS,
     SPLITS,
     download,
     load_tokenizer,
+    load_tokenizer_file,
     stdlib_files,
     train_tokenizer,
 )
@@ -470,13 +470,7 @@ class TextClsDataModule(pl.LightningDataModule):
         hp = self.hparams
         if not hp.tokenizer_file:
             return train_tokenizer("bpe", train_texts, hp.vocab_size)
-        tok = load_tokenizer(Path(hp.tokenizer_file).expanduser().read_text())
-        if [tok.token_to_id(t) for t in SPECIAL_TOKENS] != list(range(len(SPECIAL_TOKENS))):
-            raise PipelineError(
-                f"data.tokenizer_file {hp.tokenizer_file} lacks the special tokens "
-                f"{SPECIAL_TOKENS} at ids 0..{len(SPECIAL_TOKENS) - 1}"
-            )
-        return tok
+        return load_tokenizer_file(hp.tokenizer_file)
 
     def prepare_data(self) -> None:
         """Build `processed_dir` unless it is there for the same inputs and settings."""
