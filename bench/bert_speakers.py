@@ -10,7 +10,8 @@ prepared once into outputs/bench/bert_speakers/data (or --data-dir). Then:
   2. masked-LM pre-training (`experiment=bert_pretrain_speakers`) on tiny Shakespeare without the
      val/test speeches, unless --pretrained names a checkpoint of it (the DVC stage passes one);
   3. per seed, `experiment=bert_finetune_speakers` three ways: from scratch, fine-tuning every
-     weight of the pre-trained encoder, and LoRA (model.lora.rank) with the encoder frozen.
+     weight of the pre-trained encoder, and LoRA (model.lora.rank, on W_q and W_v, learning rate
+     --lora-lr) with the encoder frozen.
 Every run is `python -m src.train` as a user starts it and reports test accuracy and macro-F1 of
 the checkpoint with the best val accuracy, the trainable parameters, and its wall-clock seconds.
 
@@ -75,6 +76,7 @@ def main() -> None:
     p.add_argument("--pretrained", type=Path, help="a checkpoint of experiment=bert_pretrain_*")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--lora-rank", type=int, default=8)
+    p.add_argument("--lora-lr", type=float, default=1e-3)
     p.add_argument("--data-dir", type=Path, help="paths.data_dir (default: <out>/data)")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/bert_speakers")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
@@ -93,7 +95,12 @@ def main() -> None:
     variants = {
         "scratch": [],
         "finetune": [f"model.pretrained={pretrained.resolve()}"],
-        "lora": [f"model.pretrained={pretrained.resolve()}", f"model.lora.rank={args.lora_rank}"],
+        # the adapters start at zero and are few: they need a larger step than full fine-tuning
+        "lora": [
+            f"model.pretrained={pretrained.resolve()}",
+            f"model.lora.rank={args.lora_rank}",
+            f"model.optim.lr={args.lora_lr}",
+        ],
     }
     for name, overrides in variants.items():
         preset = ["experiment=bert_finetune_speakers", *data, *overrides]
