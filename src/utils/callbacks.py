@@ -1,4 +1,5 @@
-"""Callbacks the default config adds to every run (see conf/callbacks/default.yaml)."""
+"""Callbacks the default config adds to every run (see conf/callbacks/default.yaml), and the
+model selection some papers' protocols need (experiment presets swap it in)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,40 @@ class Throughput(pl.Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.t0 = None  # restart the clock after validation
+
+
+class AccuracyAndLossCheckpoint(pl.callbacks.ModelCheckpoint):
+    """Veličković et al.'s (GAT) model selection and stopping: the kept checkpoint is the last
+    epoch whose val accuracy is at least the best so far and whose val loss is at most the best
+    so far; training stops when neither has improved for `patience` epochs. `monitor` is the
+    accuracy (mode max); `loss` names the loss."""
+
+    def __init__(self, loss: str = "val/loss", patience: int = 100, **kwargs):
+        super().__init__(**{"mode": "max", "save_top_k": 1, **kwargs})
+        self.loss, self.patience = loss, patience
+        self.best_acc, self.best_loss, self.wait = -float("inf"), float("inf"), 0
+
+    def check_monitor_top_k(self, trainer: pl.Trainer, current: torch.Tensor | None = None):
+        if current is None:
+            return False
+        acc, loss = float(current), float(trainer.callback_metrics[self.loss])
+        keep = acc >= self.best_acc and loss <= self.best_loss
+        if acc >= self.best_acc or loss <= self.best_loss:
+            self.wait = 0
+        else:
+            self.wait += 1
+            trainer.should_stop = trainer.should_stop or self.wait >= self.patience
+        self.best_acc, self.best_loss = max(acc, self.best_acc), min(loss, self.best_loss)
+        return trainer.strategy.reduce_boolean_decision(keep)  # processes agree
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "best_acc": self.best_acc, "best_loss": self.best_loss,
+                "wait": self.wait}  # fmt: skip
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.best_acc, self.best_loss = state_dict["best_acc"], state_dict["best_loss"]
+        self.wait = state_dict["wait"]
 
 
 class TextSamples(pl.Callback):
