@@ -153,8 +153,8 @@ class BertClassifier(TransformerModule):
         self.net = TokenTransformer(TokenTransformerConfig(**net, vocab_size=vocab_size), False)
         if pretrained:
             self._load_encoder(pretrained)
-        self.head = nn.Sequential(nn.Dropout(head_dropout), nn.Linear(self.net.cfg.d_model,
-                                                                      num_classes))  # fmt: skip
+        d = self.net.cfg.d_model
+        self.head = nn.Sequential(nn.Dropout(head_dropout), nn.Linear(d, num_classes))  # D -> C
         lora = lora or {}
         if lora.get("rank"):
             # only the adapters and the head learn: W_0 and the embeddings stay as pre-trained
