@@ -114,7 +114,7 @@ def run(model: str, data: list[str], seed: int, run_dir: Path) -> dict:
     times = json.loads((run_dir / "epoch_times.json").read_text())
     best_epoch = int(times["best"].split("epoch")[1].split("-")[0]) + 1
     print(
-        f"  {model} seed {seed}: test acc {100 * metrics['test/acc']:.1f} % at best val epoch "
+        f"  {model} seed {seed}: test acc {100 * metrics['test/acc']:.1f} % at selected epoch "
         f"{best_epoch} of {times['epochs']}",
         flush=True,
     )
@@ -134,7 +134,7 @@ def summarise(model: str, runs: list[dict]) -> dict:
     bare = statistics.median(t for r in runs for t in r["bare"])
     mean, std = statistics.mean(acc), statistics.stdev(acc) if len(acc) > 1 else 0.0
     print(
-        f"{model.upper()} test accuracy at best val accuracy ({len(acc)} seeds): "
+        f"{model.upper()} test accuracy of the selected epoch ({len(acc)} seeds): "
         f"{mean:.1f} ± {std:.1f} %   (paper {ref['paper']}, "
         f"PyG example {ref['pyg']} ± {ref['pyg_std']})"
     )
@@ -142,7 +142,7 @@ def summarise(model: str, runs: list[dict]) -> dict:
         f"{model.upper()} s/epoch (median): pipeline {pipe:.4f}, bare loop {bare:.4f}, "
         f"ratio {pipe / bare:.2f}   (PyG example {ref['pyg_sec_per_epoch']}, 2 threads); "
         f"epochs trained {statistics.median(r['epochs'] for r in runs):.0f} (median), "
-        f"best val epoch {statistics.median(r['best_epoch'] for r in runs):.0f} (median)"
+        f"selected epoch {statistics.median(r['best_epoch'] for r in runs):.0f} (median)"
     )
     return {
         "test_acc": round(mean, 2),
