@@ -301,7 +301,35 @@ class RandomWindowSampler(Sampler[int]):
         return iter(draw[self.rank :: self.world][done * self.batch_size :].tolist())
 
 
-class TextDataModule(pl.LightningDataModule):
+class PreparedText(pl.LightningDataModule):
+    """A data module whose preparation wrote `processed_dir` with meta.json and tokenizer.json.
+    The tokenizer travels inside every checkpoint, so a checkpoint alone can encode and decode
+    text, and resuming with data prepared by another tokenizer is an error."""
+
+    processed_dir: Path
+    _tokenizer = None
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.processed_dir / "meta.json").read_text())
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer((self.processed_dir / "tokenizer.json").read_text())
+        return self._tokenizer
+
+    def state_dict(self) -> dict:
+        return {"tokenizer": self.tokenizer.to_str()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("tokenizer") != self.tokenizer.to_str():
+            raise PipelineError(
+                "the checkpoint was trained with another tokenizer than this data config builds"
+            )
+
+
+class TextDataModule(PreparedText):
     """Language-modelling batches (x, y) of shape (B, T), y being x shifted by one token.
 
     An epoch is `steps_per_epoch` random batches (validation and checkpointing follow epochs);
@@ -330,7 +358,6 @@ class TextDataModule(pl.LightningDataModule):
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.processed_dir = Path(processed_dir)
-        self._tokenizer = None
         self.splits: dict[str, TokenWindows] = {}
 
     # -- preparation: runs once, on one process per node
@@ -342,16 +369,6 @@ class TextDataModule(pl.LightningDataModule):
         files = corpus_files(path, hp.glob)
         prepare_corpus(self.processed_dir, files, hp.tokenizer, hp.vocab_size, tuple(hp.splits),
                        hp.tokenizer_file)  # fmt: skip
-
-    @property
-    def meta(self) -> dict:
-        return json.loads((self.processed_dir / "meta.json").read_text())
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer((self.processed_dir / "tokenizer.json").read_text())
-        return self._tokenizer
 
     @property
     def model_kwargs(self) -> dict:
@@ -415,13 +432,3 @@ class TextDataModule(pl.LightningDataModule):
             num_workers=n,
             persistent_workers=n > 0,
         )
-
-    # -- the tokenizer travels inside every checkpoint, so a checkpoint alone can generate text
-    def state_dict(self) -> dict:
-        return {"tokenizer": self.tokenizer.to_str()}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("tokenizer") != self.tokenizer.to_str():
-            raise PipelineError(
-                "the checkpoint was trained with another tokenizer than this data config builds"
-            )

@@ -58,7 +58,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -66,8 +65,8 @@ from src.data.text import (
     CLS_ID,
     PAD_ID,
     SPLITS,
+    PreparedText,
     download,
-    load_tokenizer,
     load_tokenizer_file,
     stdlib_files,
     train_tokenizer,
@@ -371,7 +370,7 @@ def pad_batch(items: list, tag: bool) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- data module
 
 
-class TextClsDataModule(pl.LightningDataModule):
+class TextClsDataModule(PreparedText):
     """Batches {"input_ids": (B, T), "labels": (B,)} (task cls) or {"input_ids": (B, T),
     "labels": (B, T)} (task tag): T <= block_size, input_ids[:, 0] is CLS (id 3), PAD (id 2)
     after each example's end, label -100 where a token carries none."""
@@ -416,7 +415,6 @@ class TextClsDataModule(pl.LightningDataModule):
         self.save_hyperparameters(logger=False)
         self.hparams.source = source
         self.processed_dir = Path(processed_dir)
-        self._tokenizer = None
         self._raw: dict[str, list[dict]] = {}
         self.splits: dict[str, LabelledSequences] = {}
 
@@ -534,18 +532,8 @@ class TextClsDataModule(pl.LightningDataModule):
 
     # -- what was prepared
     @property
-    def meta(self) -> dict:
-        return json.loads((self.processed_dir / "meta.json").read_text())
-
-    @property
     def label_names(self) -> list:
         return json.loads((self.processed_dir / "labels.json").read_text())
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer((self.processed_dir / "tokenizer.json").read_text())
-        return self._tokenizer
 
     @property
     def model_kwargs(self) -> dict:
@@ -606,12 +594,9 @@ class TextClsDataModule(pl.LightningDataModule):
 
     # -- the tokenizer and label names travel inside every checkpoint
     def state_dict(self) -> dict:
-        return {"tokenizer": self.tokenizer.to_str(), "labels": self.label_names}
+        return {**super().state_dict(), "labels": self.label_names}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("tokenizer") != self.tokenizer.to_str():
-            raise PipelineError(
-                "the checkpoint was trained with another tokenizer than this data config builds"
-            )
+        super().load_state_dict(state)
         if "labels" in state and state["labels"] != self.label_names:
             raise PipelineError("the checkpoint was trained on other labels than this data has")
