@@ -9,6 +9,11 @@ every 50 steps times 5 steps of a bare PyTorch loop (a copy of the same model, t
 settings and gradient clipping, batches from the same kind of loader; no Lightning). The two
 are measured seconds apart all through the run, so the slow and fast spells this virtual
 machine goes through (±25 %, tens of seconds long) affect both alike.
+With --bare-reference (on by default) each seed is also trained once more, start to end, as a
+bare PyTorch loop with nanoGPT's recipe (the same model class and AdamW groups, batches of
+random windows drawn with torch.randint as nanoGPT's get_batch does, the same warm-up and cosine
+schedule and clipping, no Lightning), and evaluated on the same whole val split: what the recipe
+itself reaches, beside the pipeline's figure and the 20-batch reference.
 Prints the val loss (mean and std over seeds), tokens/s of both, the time from command to first
 training step, and the references; the last line is JSON.
 
@@ -31,8 +36,11 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
-from src.models.base import adamw
+from src.data.text import TokenWindows
+from src.models.base import adamw, warmup_cosine
+from src.models.gpt import GPT, GPTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_VAL_LOSS, REF_TOKENS_PER_SEC = 1.886, 16_000
@@ -100,18 +108,56 @@ def run(data: Path, max_steps: int, seed: int, run_dir: Path) -> dict:
     return {**metrics, "pipeline": times["pipeline"][10:], "bare": times["bare"][5:]}  # warm-up
 
 
+def bare_training(run_dir: Path, seed: int, steps: int) -> float:
+    """Trains the run's model and recipe again in a bare PyTorch loop from `seed`; returns the
+    loss on the whole val split (the windows the pipeline evaluates)."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")  # resolved: the run's own settings
+    d, o, block = Path(cfg.data.processed_dir), cfg.model.optim, cfg.data.block_size
+    meta = json.loads((d / "meta.json").read_text())
+    train, val = (TokenWindows(d / f"{s}.bin", meta["dtype"], block) for s in ("train", "val"))
+    torch.manual_seed(seed)
+    net = GPT(GPTConfig(**cfg.model.net, vocab_size=meta["vocab_size"]))
+    opt = adamw(net, o)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, warmup_cosine(o.warmup_steps, o.decay_steps, o.min_lr / o.lr)
+    )
+    for _ in range(steps):
+        x, y = train.__getitems__(torch.randint(train.n_starts, (cfg.data.batch_size,)).tolist())
+        loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.trainer.gradient_clip_val)
+        opt.step()
+        sched.step()
+    net.eval()
+    offsets = list(range(0, val.n_starts, block))
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, len(offsets), 256):
+            x, y = val.__getitems__(offsets[i : i + 256])
+            total += F.cross_entropy(net(x).flatten(0, 1), y.flatten(), reduction="sum").item()
+    return total / (len(offsets) * block)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data", type=Path, default=ROOT / "../shared/data/tinyshakespeare/input.txt")
     p.add_argument("--max-steps", type=int, default=2000)
     p.add_argument("--seeds", type=int, nargs="+", default=[1337, 1338, 1339])
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/gpt_shakespeare")
+    p.add_argument("--bare-reference", action=argparse.BooleanOptionalAction, default=True,
+                   help="also train each seed in a bare loop with the same recipe")  # fmt: skip
     args = p.parse_args()
     runs = [
         run(args.data.resolve(), args.max_steps, s, args.out.resolve() / f"seed{s}")
         for s in args.seeds
     ]
     losses = [r["val/loss"] for r in runs]
+    bare_losses = []
+    if args.bare_reference:
+        for s in args.seeds:
+            bare_losses.append(bare_training(args.out.resolve() / f"seed{s}", s, args.max_steps))
+            print(f"  bare loop, seed {s}: val loss {bare_losses[-1]:.4f}", flush=True)
     tokens = 12 * 64  # batch x block of the experiment
     pipe = tokens / statistics.median([t for r in runs for t in r["pipeline"]])
     bare = tokens / statistics.median([t for r in runs for t in r["bare"]])
@@ -124,6 +170,8 @@ def main() -> None:
         "val_loss": round(mean, 4),
         "val_loss_std": round(std, 4),
         "val_loss_per_seed": [round(v, 4) for v in losses],
+        "val_loss_bare_loop": round(statistics.mean(bare_losses), 4) if bare_losses else None,
+        "val_loss_bare_loop_per_seed": [round(v, 4) for v in bare_losses],
         "val_loss_reference": REF_VAL_LOSS,
         "val_loss_target": TARGET_VAL_LOSS,
         "tokens_per_sec_pipeline": round(pipe),
@@ -138,6 +186,12 @@ def main() -> None:
         f"val loss @ {args.max_steps} steps (whole val split, {len(losses)} seeds): "
         f"{mean:.4f} ± {std:.4f}   (nanoGPT {REF_VAL_LOSS}, target <= {TARGET_VAL_LOSS})"
     )
+    if bare_losses:
+        bare_std = statistics.stdev(bare_losses) if len(bare_losses) > 1 else 0.0
+        print(
+            f"val loss of the same recipe in a bare PyTorch loop: "
+            f"{result['val_loss_bare_loop']:.4f} ± {bare_std:.4f}"
+        )
     print(
         f"tokens/s pipeline: {result['tokens_per_sec_pipeline']:,}   "
         f"bare loop: {result['tokens_per_sec_bare_loop']:,}   "

@@ -53,6 +53,16 @@ def test_checkpoint_loads_with_weights_only(trained):
     assert "tokenizer" in ckpt["TextDataModule"]
 
 
+def test_bench_bare_loop_trains_the_runs_recipe(trained):
+    """bench/gpt_shakespeare.py's reference: the run's model and recipe in a bare loop, scored
+    on the whole val split; seeded, and it learns."""
+    from bench.gpt_shakespeare import bare_training
+
+    first, again, later = (bare_training(trained, 0, n) for n in (1, 1, 40))
+    assert first == again
+    assert later < first < math.log(71) + 0.5
+
+
 @pytest.mark.parametrize(
     "settings",
     [
