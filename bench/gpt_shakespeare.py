@@ -1,6 +1,7 @@
 """nanoGPT's CPU "baby GPT" on tiny Shakespeare, character level, through the full pipeline.
 
     python bench/gpt_shakespeare.py [--data PATH] [--max-steps 2000] [--seeds 1337 1338 1339]
+                                    [--no-bare-reference] [--json FILE]
 
 Trains `experiment=gpt_shakespeare_char` with `python -m src.train` (Lightning, progress bar,
 CSV logging, checkpoints, validation on the whole val split every 250 steps) and reads its
@@ -145,6 +146,7 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=2000)
     p.add_argument("--seeds", type=int, nargs="+", default=[1337, 1338, 1339])
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/gpt_shakespeare")
+    p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     p.add_argument("--bare-reference", action=argparse.BooleanOptionalAction, default=True,
                    help="also train each seed in a bare loop with the same recipe")  # fmt: skip
     args = p.parse_args()
@@ -199,6 +201,8 @@ def main() -> None:
     )
     print(f"command to first training step: {result['startup_sec']} s")
     print(json.dumps(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

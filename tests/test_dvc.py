@@ -72,8 +72,8 @@ def test_every_benchmark_is_a_dvc_stage():
     bin_dir = Path(sys.executable).parent
     out = subprocess.run([str(bin_dir / "dvc"), "stage", "list"], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout  # fmt: skip
-    benches = ("bench_gnn_cora", "bench_gin_mutag", "bench_esol", "oversmoothing",
-               "bench_bert_speakers")  # fmt: skip
+    benches = ("bench_gpt_shakespeare", "bench_gnn_cora", "bench_gin_mutag", "bench_esol",
+               "oversmoothing", "bench_bert_speakers")  # fmt: skip
     for stage in (*benches, "prepare_graphs@esol", "prepare_text_cls", "bert_pretrain"):
         assert stage in out
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
