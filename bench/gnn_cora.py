@@ -1,7 +1,7 @@
 """GCN and GAT on Cora (public Planetoid split), through the full pipeline, against the papers.
 
     python bench/gnn_cora.py [--raw-root ../shared/data/planetoid] [--seeds 0 1 ... 9]
-                             [--models gcn gat]
+                             [--models gcn gat] [--overrides KEY=VALUE ...]
 
 Each run is `python -m src.train experiment=gcn_cora` or `experiment=gat_cora` (Lightning,
 progress bar, CSV logging, validation and checkpoints every epoch; see the presets for the
@@ -167,12 +167,14 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     p.add_argument("--models", nargs="+", choices=sorted(REFERENCES), default=["gcn", "gat"])
     p.add_argument("--data-root", type=Path, help="data.root (default: the preset's)")
+    p.add_argument("--overrides", nargs="*", default=[], help="more Hydra overrides for every run")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/gnn_cora")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     args = p.parse_args()
     data = [f"data.raw_root={args.raw_root.resolve()}"]
     if args.data_root:
         data.append(f"data.root={args.data_root.resolve()}")
+    data += args.overrides
     result = {"bench": "gnn_cora", "seeds": args.seeds, "torch_threads": torch.get_num_threads()}
     summaries = {}
     for model in args.models:
