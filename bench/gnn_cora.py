@@ -133,6 +133,8 @@ def summarise(model: str, runs: list[dict]) -> dict:
     pipe = statistics.median(t for r in runs for t in r["pipeline"])
     bare = statistics.median(t for r in runs for t in r["bare"])
     mean, std = statistics.mean(acc), statistics.stdev(acc) if len(acc) > 1 else 0.0
+    # logged by the Throughput callback, which --overrides may switch off
+    startup = [r["train/startup_sec"] for r in runs if "train/startup_sec" in r]
     print(
         f"{model.upper()} test accuracy of the selected epoch ({len(acc)} seeds): "
         f"{mean:.1f} ± {std:.1f} %   (paper {ref['paper']}, "
@@ -157,7 +159,7 @@ def summarise(model: str, runs: list[dict]) -> dict:
         "sec_per_epoch_pyg_example": ref["pyg_sec_per_epoch"],
         "epochs_trained": [r["epochs"] for r in runs],
         "best_epochs": [r["best_epoch"] for r in runs],
-        "startup_sec": round(statistics.median(r["train/startup_sec"] for r in runs), 2),
+        "startup_sec": round(statistics.median(startup), 2) if startup else None,
     }
 
 
