@@ -14,7 +14,9 @@ With --bare-reference (on by default) each seed is also trained once more, start
 bare PyTorch loop with nanoGPT's recipe (the same model class and AdamW groups, batches of
 random windows drawn with torch.randint as nanoGPT's get_batch does, the same warm-up and cosine
 schedule and clipping, no Lightning), and evaluated on the same whole val split: what the recipe
-itself reaches, beside the pipeline's figure and the 20-batch reference.
+itself reaches, beside the pipeline's figure and the 20-batch reference. For the reference's
+own noise the bench also draws 50 of nanoGPT's 20-batch val estimates for the first seed's final
+model and prints their standard deviation.
 Prints the val loss (mean and std over seeds), tokens/s of both, the time from command to first
 training step, and the references; the last line is JSON.
 
@@ -109,15 +111,34 @@ def run(data: Path, max_steps: int, seed: int, run_dir: Path) -> dict:
     return {**metrics, "pipeline": times["pipeline"][10:], "bare": times["bare"][5:]}  # warm-up
 
 
+def load_run(run_dir: Path):
+    """A finished run's resolved config, its train/val windows and a fresh GPT of its shape."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")  # resolved: the run's own settings
+    d = Path(cfg.data.processed_dir)
+    meta = json.loads((d / "meta.json").read_text())
+    train, val = (
+        TokenWindows(d / f"{s}.bin", meta["dtype"], cfg.data.block_size) for s in ("train", "val")
+    )
+    return cfg, train, val, lambda: GPT(GPTConfig(**cfg.model.net, vocab_size=meta["vocab_size"]))
+
+
+def mean_loss(net: GPT, windows: TokenWindows, offsets: list[int]) -> float:
+    net.eval()
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, len(offsets), 256):
+            x, y = windows.__getitems__(offsets[i : i + 256])
+            total += F.cross_entropy(net(x).flatten(0, 1), y.flatten(), reduction="sum").item()
+    return total / (len(offsets) * windows.block_size)
+
+
 def bare_training(run_dir: Path, seed: int, steps: int) -> float:
     """Trains the run's model and recipe again in a bare PyTorch loop from `seed`; returns the
     loss on the whole val split (the windows the pipeline evaluates)."""
-    cfg = OmegaConf.load(run_dir / "config.yaml")  # resolved: the run's own settings
-    d, o, block = Path(cfg.data.processed_dir), cfg.model.optim, cfg.data.block_size
-    meta = json.loads((d / "meta.json").read_text())
-    train, val = (TokenWindows(d / f"{s}.bin", meta["dtype"], block) for s in ("train", "val"))
+    cfg, train, val, new_model = load_run(run_dir)
+    o = cfg.model.optim
     torch.manual_seed(seed)
-    net = GPT(GPTConfig(**cfg.model.net, vocab_size=meta["vocab_size"]))
+    net = new_model()
     opt = adamw(net, o)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(o.warmup_steps, o.decay_steps, o.min_lr / o.lr)
@@ -130,14 +151,22 @@ def bare_training(run_dir: Path, seed: int, steps: int) -> float:
         torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.trainer.gradient_clip_val)
         opt.step()
         sched.step()
-    net.eval()
-    offsets = list(range(0, val.n_starts, block))
-    total = 0.0
-    with torch.no_grad():
-        for i in range(0, len(offsets), 256):
-            x, y = val.__getitems__(offsets[i : i + 256])
-            total += F.cross_entropy(net(x).flatten(0, 1), y.flatten(), reduction="sum").item()
-    return total / (len(offsets) * block)
+    return mean_loss(net, val, list(range(0, val.n_starts, val.block_size)))
+
+
+def estimate_spread(run_dir: Path, draws: int = 50, batches: int = 20) -> float:
+    """The standard deviation of nanoGPT's val estimate (the mean loss of `batches` batches of
+    random windows) over `draws` draws, for the run's final model: how far the 20-batch
+    reference figure can stray from the whole-split loss by sampling alone."""
+    cfg, _, val, new_model = load_run(run_dir)
+    net = new_model()
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    net.load_state_dict({k.removeprefix("net."): v for k, v in state.items()})
+    g = torch.Generator().manual_seed(0)
+    n = batches * cfg.data.batch_size
+    estimates = [mean_loss(net, val, torch.randint(val.n_starts, (n,), generator=g).tolist())
+                 for _ in range(draws)]  # fmt: skip
+    return statistics.stdev(estimates)
 
 
 def main() -> None:
@@ -160,6 +189,7 @@ def main() -> None:
         for s in args.seeds:
             bare_losses.append(bare_training(args.out.resolve() / f"seed{s}", s, args.max_steps))
             print(f"  bare loop, seed {s}: val loss {bare_losses[-1]:.4f}", flush=True)
+    spread = estimate_spread(args.out.resolve() / f"seed{args.seeds[0]}")
     tokens = 12 * 64  # batch x block of the experiment
     pipe = tokens / statistics.median([t for r in runs for t in r["pipeline"]])
     bare = tokens / statistics.median([t for r in runs for t in r["bare"]])
@@ -175,6 +205,7 @@ def main() -> None:
         "val_loss_bare_loop": round(statistics.mean(bare_losses), 4) if bare_losses else None,
         "val_loss_bare_loop_per_seed": [round(v, 4) for v in bare_losses],
         "val_loss_reference": REF_VAL_LOSS,
+        "val_loss_20_batch_estimate_std": round(spread, 4),
         "val_loss_target": TARGET_VAL_LOSS,
         "tokens_per_sec_pipeline": round(pipe),
         "tokens_per_sec_bare_loop": round(bare),
@@ -194,6 +225,10 @@ def main() -> None:
             f"val loss of the same recipe in a bare PyTorch loop: "
             f"{result['val_loss_bare_loop']:.4f} ± {bare_std:.4f}"
         )
+    print(
+        f"std of a 20-batch val estimate (nanoGPT's, the reference's) for seed {args.seeds[0]}'s "
+        f"model: {spread:.4f}"
+    )
     print(
         f"tokens/s pipeline: {result['tokens_per_sec_pipeline']:,}   "
         f"bare loop: {result['tokens_per_sec_bare_loop']:,}   "

@@ -63,6 +63,13 @@ def test_bench_bare_loop_trains_the_runs_recipe(trained):
     assert later < first < math.log(71) + 0.5
 
 
+def test_bench_spread_of_the_20_batch_estimate(trained):
+    from bench.gpt_shakespeare import estimate_spread
+
+    spread = estimate_spread(trained, draws=5, batches=2)
+    assert 0 < spread < 1 and spread == estimate_spread(trained, draws=5, batches=2)
+
+
 @pytest.mark.parametrize(
     "settings",
     [
