@@ -43,7 +43,8 @@ from omegaconf import OmegaConf
 
 from src.data.text import TokenWindows
 from src.models.base import adamw, warmup_cosine
-from src.models.gpt import GPT, GPTConfig
+from src.models.gpt import GPT, GPTConfig, GPTLitModule
+from src.utils.checkpoint import class_path, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_VAL_LOSS, REF_TOKENS_PER_SEC = 1.886, 16_000
@@ -158,10 +159,11 @@ def estimate_spread(run_dir: Path, draws: int = 50, batches: int = 20) -> float:
     """The standard deviation of nanoGPT's val estimate (the mean loss of `batches` batches of
     random windows) over `draws` draws, for the run's final model: how far the 20-batch
     reference figure can stray from the whole-split loss by sampling alone."""
-    cfg, _, val, new_model = load_run(run_dir)
-    net = new_model()
-    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-    net.load_state_dict({k.removeprefix("net."): v for k, v in state.items()})
+    cfg, _, val, _ = load_run(run_dir)
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "last.ckpt", class_path(GPTLitModule))
+    model = GPTLitModule(**ckpt["hyper_parameters"])
+    model.load_state_dict(ckpt["state_dict"])
+    net = model.net
     g = torch.Generator().manual_seed(0)
     n = batches * cfg.data.batch_size
     estimates = [mean_loss(net, val, torch.randint(val.n_starts, (n,), generator=g).tolist())
