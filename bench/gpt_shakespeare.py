@@ -115,7 +115,7 @@ def run(data: Path, max_steps: int, seed: int, run_dir: Path) -> dict:
 def load_run(run_dir: Path):
     """A finished run's resolved config, its train/val windows and a fresh GPT of its shape."""
     cfg = OmegaConf.load(run_dir / "config.yaml")  # resolved: the run's own settings
-    d = Path(cfg.data.processed_dir)
+    d = ROOT / cfg.data.processed_dir  # a relative path is the run's: it ran in ROOT
     meta = json.loads((d / "meta.json").read_text())
     train, val = (
         TokenWindows(d / f"{s}.bin", meta["dtype"], cfg.data.block_size) for s in ("train", "val")
