@@ -16,9 +16,11 @@ from tests.conftest import FAST, ROOT, assert_ok, assert_one_error_line, run_mod
 
 
 def _train(run_dir: Path, data: Path, *overrides: str, env: dict | None = None):
+    """Tokenised data goes into the run's own folder, never into the repository's data/."""
     return run_module(
-        "src.train", *FAST, f"data.path={data}", f"hydra.run.dir={run_dir}", *overrides, env=env
-    )
+        "src.train", *FAST, f"data.path={data}", f"hydra.run.dir={run_dir}",
+        f"paths.data_dir={run_dir}/data", *overrides, env=env,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +155,7 @@ def test_text_run_does_not_import_other_modalities(tmp_path, shakespeare):
         "sys.argv = ['src.train', *sys.argv[1:]]\n"
         "runpy.run_module('src.train', run_name='__main__')\n"
     )
-    args = [*FAST, f"data.path={shakespeare}", "debug=fdr"]
+    args = [*FAST, f"data.path={shakespeare}", f"paths.data_dir={tmp_path}/data", "debug=fdr"]
     assert_ok(run_module("src.prepare", *args))  # tokenise first: preparing uses `datasets`
     proc = subprocess.run(
         [sys.executable, "-c", probe, *args, f"hydra.run.dir={tmp_path}"],

@@ -57,7 +57,8 @@ def _train(run_dir: Path, env: dict[str, str], *overrides: str) -> subprocess.Co
     cmd = [
         sys.executable, "-m", "src.train",
         "experiment=gpt_shakespeare_char", f"data.path={SHAKESPEARE}", "debug=limit",
-        f"hydra.run.dir={run_dir}", "logger=wandb", "callbacks.progress_bar.refresh_rate=0",
+        f"hydra.run.dir={run_dir}", f"paths.data_dir={run_dir}/data", "logger=wandb",
+        "callbacks.progress_bar.refresh_rate=0",
         *overrides,
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
