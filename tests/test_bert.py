@@ -3,6 +3,8 @@ encoder for fine-tuning, and LoRA fine-tuning."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -223,22 +225,58 @@ def test_pretraining_logs_masked_accuracy(pretrained):
     assert ckpt["model_class"] == "src.models.bert.BertMLM"
 
 
+def finetune(pretrained, *extra: str) -> Path:
+    """The run dir of a short fine-tuning from the pre-trained checkpoint (run once per module)."""
+    from tests.conftest import assert_ok, run_module
+
+    root, data, ckpt = pretrained
+    run = root / ("finetune" + "".join(f"-{e.replace('=', '_')}" for e in extra))
+    if not (run / "metrics.json").exists():
+        assert_ok(run_module("src.train", "experiment=bert_finetune_speakers", *TINY, *data, *extra,
+                             f"model.pretrained={ckpt}", "trainer.max_steps=4",
+                             "trainer.limit_train_batches=2", "trainer.limit_val_batches=2",
+                             "trainer.limit_test_batches=2", f"hydra.run.dir={run}"))  # fmt: skip
+    return run
+
+
 @pytest.mark.parametrize("lora", [False, True])
 def test_fine_tuning_from_the_pretrained_checkpoint(pretrained, lora):
     import json
 
-    from tests.conftest import assert_ok, run_module
-
-    root, data, ckpt = pretrained
-    run = root / f"finetune-lora{lora}"
-    extra = ["model.lora.rank=2"] if lora else []
-    assert_ok(run_module("src.train", "experiment=bert_finetune_speakers", *TINY, *data, *extra,
-                         f"model.pretrained={ckpt}", "trainer.max_steps=4",
-                         "trainer.limit_train_batches=2", "trainer.limit_val_batches=2",
-                         "trainer.limit_test_batches=2", f"hydra.run.dir={run}"))  # fmt: skip
+    run = finetune(pretrained, *(["model.lora.rank=2"] if lora else []))
     metrics = json.loads((run / "metrics.json").read_text())
     assert {"val/acc", "val/f1", "test/acc", "test/f1", "params/trainable"} <= set(metrics)
     assert (metrics["params/fraction"] < 0.2) == lora
+
+
+def test_merge_lora_cli_writes_a_plain_checkpoint_with_the_same_outputs(pretrained, tmp_path):
+    from src.utils.checkpoint import load_checkpoint
+    from tests.conftest import assert_ok, assert_one_error_line, run_module
+
+    lora_ckpt = finetune(pretrained, "model.lora.rank=2") / "checkpoints" / "last.ckpt"
+    out = tmp_path / "merged.ckpt"
+    proc = run_module("src.merge_lora", f"ckpt={lora_ckpt}", f"out={out}")
+    assert_ok(proc)
+    assert "max |merged - unmerged|" in proc.stdout
+
+    def restore(path) -> BertClassifier:
+        ckpt = load_checkpoint(path, expected_class="src.models.bert.BertClassifier")
+        model = BertClassifier(**dict(ckpt["hyper_parameters"], pretrained=None))
+        model.load_state_dict(ckpt["state_dict"])
+        return model.eval()
+
+    merged, adapted = restore(out), restore(lora_ckpt)
+    assert not any(isinstance(m, LoRALinear) for m in merged.modules())
+    assert count_parameters(merged)[1] < count_parameters(adapted)[1]
+    ids = random_ids(3, 20)
+    with torch.no_grad():
+        assert torch.allclose(merged(ids), adapted(ids), atol=1e-5)
+
+    # the merged file is never overwritten; a checkpoint without adapters is one error line
+    assert_one_error_line(run_module("src.merge_lora", f"ckpt={lora_ckpt}", f"out={out}"), "exists")
+    plain = finetune(pretrained) / "checkpoints" / "last.ckpt"
+    proc = run_module("src.merge_lora", f"ckpt={plain}", f"out={tmp_path / 'x.ckpt'}")
+    assert_one_error_line(proc, "without LoRA")
 
 
 def test_fine_tuning_from_a_gpt_checkpoint_is_one_error_line(pretrained, tmp_path):
