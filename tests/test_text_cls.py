@@ -140,16 +140,6 @@ def test_corpus_holds_no_held_out_speech(speakers, raw_text):
     assert corpus.count("\n\n\n") == raw_text.count("\n\n\n")  # no blank lines added
 
 
-def test_tokenizer_learns_from_the_whole_corpus(speakers):
-    """BPE is trained on corpus.txt, not the train speeches alone: the names of the speaker lines,
-    which no speech contains, are whole tokens (at vocab 1024 too)."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(speakers.processed_dir / "tokenizer.json"))
-    for name in ("ROMEO", "MENENIUS", "CORIOLANUS"):
-        assert tok.encode(name).tokens == [name]
-
-
 def test_splits_are_seeded_partitions(tmp_path, speakers, shakespeare):
     """The same split seed gives the same split; another one another split; split_ids partitions
     every stratum by the fractions."""
