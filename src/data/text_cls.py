@@ -4,8 +4,7 @@ token of a Python snippet).
 
 Preparation (once; skipped while the settings fingerprint in meta.json matches):
   examples (built-in source or the user's CSV / JSONL) -> label ids -> seeded train/val/test split
-  -> tokenizer (byte-level BPE trained on corpus.txt, which holds no val/test example, or a
-     given tokenizer.json)
+  -> tokenizer (byte-level BPE trained on the TRAIN texts only, or a given tokenizer.json)
   -> every example as [CLS] + its ids, written atomically into `processed_dir`:
 
     tokenizer.json   the tokenizer (special tokens at ids 0..5 as in src.data.text)
@@ -76,7 +75,7 @@ from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # bump when the processed layout changes, so old folders are rebuilt
+FORMAT = 1  # bump when the processed layout changes, so old folders are rebuilt
 IGNORE = -100  # label of tokens that carry none (CLS, padding, later sub-tokens of a word)
 TASKS = {"cls": "shakespeare_speakers", "tag": "python_tokens"}  # task -> its built-in source
 SHAKESPEARE_URL = (
@@ -465,10 +464,10 @@ class TextClsDataModule(PreparedText):
             return python_tokens(hp.python_files, hp.chunk_lines)
         return shakespeare_speakers(self._input_file().read_text(encoding="utf-8"), hp.num_classes)
 
-    def _tokenizer_for(self, docs: list[str]):
+    def _tokenizer_for(self, train_texts: list[str]):
         hp = self.hparams
         if not hp.tokenizer_file:
-            return train_tokenizer("bpe", docs, hp.vocab_size)
+            return train_tokenizer("bpe", train_texts, hp.vocab_size)
         return load_tokenizer_file(hp.tokenizer_file)
 
     def prepare_data(self) -> None:
@@ -501,15 +500,14 @@ class TextClsDataModule(PreparedText):
                 raise PipelineError(f"the {name} split of {where} has no examples")
 
         texts = [" ".join(x) if tag else x for x in ex.x]
+        tok = self._tokenizer_for([t for t, p in zip(texts, part, strict=True) if p == 0])
+        ids, labels = encode(tok, hp.task, ex.x, y)
+
         if ex.raw_text is not None:
             held_out = [sp for sp, p in zip(ex.spans, part, strict=True) if p > 0]
             corpus = without_spans(ex.raw_text, held_out)
         else:
             corpus = "\n\n".join(t for t, p in zip(texts, part, strict=True) if p == 0) + "\n"
-        # BPE learns from all the text pre-training will see, not the train examples alone: on
-        # tiny Shakespeare that makes the speakers' names whole tokens instead of letters
-        tok = self._tokenizer_for(corpus.split("\n\n"))
-        ids, labels = encode(tok, hp.task, ex.x, y)
 
         meta = {"fingerprint": fingerprint, "task": hp.task, "vocab_size": tok.get_vocab_size(),
                 "num_classes": len(names), "settings": settings}  # fmt: skip
