@@ -290,3 +290,14 @@ def test_fine_tuning_from_a_gpt_checkpoint_is_one_error_line(pretrained, tmp_pat
                       f"model.pretrained={tmp_path / 'gpt.ckpt'}",
                       f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
     assert_one_error_line(proc, "holds a src.models.gpt.GPTLitModule, not a")
+
+
+def test_fine_tuning_with_another_tokenizer_is_one_error_line(pretrained, tmp_path):
+    """Another split gives another BPE of the same size: the shapes fit, the vocabulary does not."""
+    from tests.conftest import assert_one_error_line, run_module
+
+    _, data, ckpt = pretrained
+    proc = run_module("src.train", "experiment=bert_finetune_speakers", *TINY, *data,
+                      "data.split_seed=1", f"model.pretrained={ckpt}",
+                      f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
+    assert_one_error_line(proc, "learnt another tokenizer than the data's")

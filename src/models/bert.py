@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from src.data.text import CLS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS
-from src.data.text_cls import IGNORE
+from src.data.text import CLS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS, TextDataModule
+from src.data.text_cls import IGNORE, TextClsDataModule
 from src.models.base import TransformerModule
 from src.nn.lora import add_lora, count_parameters, merge_lora
 from src.nn.transformer import TokenTransformer, TokenTransformerConfig
@@ -180,7 +180,21 @@ class BertClassifier(TransformerModule):
                 f"the pre-trained encoder in {path} does not fit model.net and the data's "
                 f"tokenizer ({reason})"
             ) from None
+        # the tokenizer the encoder learnt its embeddings with (in the text data module's state);
+        # setup() checks that the fine-tuning data encodes text with the same one
+        states = [ckpt.get(c.__qualname__, {}) for c in (TextDataModule, TextClsDataModule)]
+        self._pretrained_tokenizer = next((s["tokenizer"] for s in states if s), None)
         log.info("encoder initialised from %s", path)
+
+    def setup(self, stage: str) -> None:
+        # same vocabulary size, other tokenizer: every embedding would be silently misread
+        tok = getattr(self, "_pretrained_tokenizer", None)
+        data = self.trainer.datamodule
+        if tok and getattr(data, "tokenizer", None) and data.tokenizer.to_str() != tok:
+            raise PipelineError(
+                f"the pre-trained encoder in {self.hparams.pretrained} learnt another tokenizer "
+                "than the data's; set data.tokenizer_file=<pre-training data>/tokenizer.json"
+            )
 
     def forward(self, ids: Tensor) -> Tensor:
         """ids: (B, T) -> logits (B, C) for task cls, (B, T, C) for task tag."""
