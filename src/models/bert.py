@@ -151,6 +151,7 @@ class BertClassifier(TransformerModule):
         if task not in ("cls", "tag"):
             raise PipelineError(f"model.task={task!r}: choose cls (sequence) or tag (tokens)")
         self.net = TokenTransformer(TokenTransformerConfig(**net, vocab_size=vocab_size), False)
+        self._pretrained_tokenizer: str | None = None  # set by _load_encoder, checked in setup()
         if pretrained:
             self._load_encoder(pretrained)
         d = self.net.cfg.d_model
@@ -188,8 +189,7 @@ class BertClassifier(TransformerModule):
 
     def setup(self, stage: str) -> None:
         # same vocabulary size, other tokenizer: every embedding would be silently misread
-        tok = getattr(self, "_pretrained_tokenizer", None)
-        data = self.trainer.datamodule
+        tok, data = self._pretrained_tokenizer, self.trainer.datamodule
         if tok and getattr(data, "tokenizer", None) and data.tokenizer.to_str() != tok:
             raise PipelineError(
                 f"the pre-trained encoder in {self.hparams.pretrained} learnt another tokenizer "
