@@ -3,6 +3,7 @@ the bag-of-words naive Bayes baseline, on the 8 most frequent speakers of tiny S
 
     python bench/bert_speakers.py [--raw ../shared/data/tinyshakespeare/input.txt]
                                   [--pretrained CKPT] [--seeds 0 1 2] [--lora-rank 8]
+                                  [--variants scratch finetune lora]
 
 The task (data=text_cls, 1288 speeches, a fixed seeded 80/10/10 split, 130 test speeches) is
 prepared once into outputs/bench/bert_speakers/data (or --data-dir). Then:
@@ -32,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = (0.01, 0.03, 0.1, 0.3, 1.0)  # naive Bayes smoothing, chosen on val
+VARIANTS = ("scratch", "finetune", "lora")
 
 
 def train(run_dir: Path, *overrides: str) -> tuple[dict, float]:
@@ -75,6 +77,13 @@ def main() -> None:
     p.add_argument("--raw", type=Path, default=ROOT / "../shared/data/tinyshakespeare/input.txt")
     p.add_argument("--pretrained", type=Path, help="a checkpoint of experiment=bert_pretrain_*")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(VARIANTS),
+        help="which BERT rows to train (scratch does not depend on --pretrained)",
+    )
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--lora-lr", type=float, default=1e-3)
     p.add_argument("--data-dir", type=Path, help="paths.data_dir (default: <out>/data)")
@@ -87,22 +96,20 @@ def main() -> None:
 
     result = {"bench": "bert_speakers", "seeds": args.seeds, "naive_bayes": naive_bayes(data)}
     pretrained = args.pretrained
-    if pretrained is None:
+    if pretrained is None and {"finetune", "lora"} & set(args.variants):
         metrics, secs = train(out / "pretrain", "experiment=bert_pretrain_speakers", *data)
         result["pretrain"] = {"val_loss": metrics["val/loss"],
                               "val_masked_acc": metrics["val/masked_acc"], "sec": secs}  # fmt: skip
         pretrained = out / "pretrain" / "checkpoints" / "last.ckpt"
+    encoder = [f"model.pretrained={pretrained.resolve()}"] if pretrained else []
     variants = {
         "scratch": [],
-        "finetune": [f"model.pretrained={pretrained.resolve()}"],
+        "finetune": encoder,
         # the adapters start at zero and are few: they need a larger step than full fine-tuning
-        "lora": [
-            f"model.pretrained={pretrained.resolve()}",
-            f"model.lora.rank={args.lora_rank}",
-            f"model.optim.lr={args.lora_lr}",
-        ],
+        "lora": [*encoder, f"model.lora.rank={args.lora_rank}", f"model.optim.lr={args.lora_lr}"],
     }
-    for name, overrides in variants.items():
+    for name in args.variants:
+        overrides = variants[name]
         preset = ["experiment=bert_finetune_speakers", *data, *overrides]
         runs = [train(out / f"{name}-seed{s}", *preset, f"seed={s}") for s in args.seeds]
         acc = [100 * m["test/acc"] for m, _ in runs]
@@ -123,8 +130,8 @@ def main() -> None:
     print(f"{'naive Bayes':<28}{100 * nb['acc']:>14.1f}{100 * nb['f1']:>12.1f}")
     labels = {"scratch": "BERT from scratch", "finetune": "BERT pre-trained + fine-tuned",
               "lora": f"BERT pre-trained + LoRA R={args.lora_rank}"}  # fmt: skip
-    for name, label in labels.items():
-        r = result[name]
+    for name in args.variants:
+        r, label = result[name], labels[name]
         acc = f"{r['acc']:.1f} ± {r['acc_std']:.1f}"
         print(f"{label:<28}{acc:>14}{r['f1']:>12.1f}{r['trainable_params']:>12,}{r['sec']:>8.0f}")
     print(json.dumps(result))
