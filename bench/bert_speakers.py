@@ -109,8 +109,7 @@ def main() -> None:
         "lora": [*encoder, f"model.lora.rank={args.lora_rank}", f"model.optim.lr={args.lora_lr}"],
     }
     for name in args.variants:
-        overrides = variants[name]
-        preset = ["experiment=bert_finetune_speakers", *data, *overrides]
+        preset = ["experiment=bert_finetune_speakers", *data, *variants[name]]
         runs = [train(out / f"{name}-seed{s}", *preset, f"seed={s}") for s in args.seeds]
         acc = [100 * m["test/acc"] for m, _ in runs]
         f1 = [100 * m["test/f1"] for m, _ in runs]
