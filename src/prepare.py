@@ -1,6 +1,6 @@
 """Prepare a dataset without training (the DVC data stages): tokenise text, and so on.
 
-python -m src.prepare data=shakespeare data.path=../shared/data/tinyshakespeare/input.txt
+python -m src.prepare data=shakespeare
 """
 
 from __future__ import annotations

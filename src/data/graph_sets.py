@@ -20,14 +20,13 @@ the processed data, `<root>/<name>/splits/<spec>.json`, so that the DVC prepare 
 (`python -m src.prepare data=tudataset ...`) produces the dataset and its splits, and every
 later run (any model, any machine) reads the same graphs for training and evaluation.
 
-    python -m src.prepare data=tudataset data.name=MUTAG data.raw_root=../shared/data/TUDataset
+    python -m src.prepare data=tudataset data.name=MUTAG
 
 TUDataset (Morris et al. 2020; MUTAG, PROTEINS, NCI1, IMDB-BINARY, ...; any name of the
-collection) comes through PyG's `torch_geometric.datasets.TUDataset(root, name)`, which reads
-`<root>/<name>/raw/<name>_*.txt` (fetching the zip when they are absent and the network is
-there) and writes `<root>/<name>/processed/`. As for Planetoid, `raw_root` is a read-only copy
-laid out as `<raw_root>/<name>/raw/`, copied into `root` first. Molecules from MoleculeNet are
-in src/data/molecules.py.
+collection) comes through PyG's `torch_geometric.datasets.TUDataset(root, name)`, reading
+`<name>_*.txt` from their home `data/raw/TUDataset/<name>/raw/` (filled by
+`src.data.sources.fetch`: the mirror, else a download) and writing `<root>/<name>/processed/`.
+Molecules from MoleculeNet are in src/data/molecules.py.
 """
 
 from __future__ import annotations
@@ -39,7 +38,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from src.data.graphs import copy_file, reason, write_json
+from src.data import sources
+from src.data.graphs import reading_raw_from, reason, write_json
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,8 @@ class TUDataModule(GraphSetDataModule):
         self,
         root: str,
         name: str = "MUTAG",
-        raw_root: str | None = None,
+        raw_dir: str = "data/raw",
+        mirror: str | None = None,
         download: bool = True,
         task: str | None = None,
         use_node_attr: bool = False,
@@ -291,52 +292,20 @@ class TUDataModule(GraphSetDataModule):
             )
         self.save_hyperparameters(logger=False)
         self.name, self.root = name, Path(root)
-        self.dataset_dir = self.root / name
-        self.raw_dir = self.dataset_dir / "raw"  # where PyG reads; processed/ goes beside it
-
-    def _required(self, raw_dir: Path) -> list[Path]:
-        return [raw_dir / f"{self.name}_{part}.txt" for part in ("A", "graph_indicator")]
-
-    def _copy_raw(self) -> None:
-        """Copy `<raw_root>/<name>/raw/*` into `<root>/<name>/raw/` (once)."""
-        source = Path(self.hparams.raw_root).expanduser() / self.name / "raw"
-        missing = [f.name for f in self._required(source) if not f.is_file()]
-        if missing:
-            raise PipelineError(
-                f"TUDataset {self.name} raw files missing in {source}: {', '.join(missing)} "
-                f"(data.raw_root must hold {self.name}/raw/{self.name}_*.txt)"
-            )
-        for src in sorted(p for p in source.iterdir() if p.is_file()):
-            copy_file(src, self.raw_dir / src.name)
+        self.dataset_dir = self.root / name  # PyG's processed/ and the splits/
 
     def load(self):
         from torch_geometric.datasets import TUDataset
         from torch_geometric.utils import degree
 
         hp = self.hparams
-        if hp.raw_root:
-            self._copy_raw()
-        have_raw = all(f.is_file() for f in self._required(self.raw_dir))
-        hint = (
-            f"set data.raw_root to a folder holding {self.name}/raw/{self.name}_*.txt "
-            "(e.g. ../shared/data/TUDataset)"
-        )
-        if not have_raw and not hp.download:
-            raise PipelineError(
-                f"TUDataset {self.name} not found in {self.raw_dir} and data.download=false; {hint}"
-            )
+        raw = sources.fetch(sources.tudataset(self.name), hp.raw_dir, hp.mirror, hp.download)
         try:
-            dataset = TUDataset(str(self.root), self.name, use_node_attr=hp.use_node_attr)
-        except Exception as e:
-            if have_raw:  # e.g. a truncated or foreign file
-                raise PipelineError(
-                    f"cannot read TUDataset {self.name} from {self.dataset_dir} ({reason(e)})"
-                ) from e
-            raise PipelineError(
-                f"could not download TUDataset {self.name} into {self.raw_dir} ({reason(e)}); "
-                "is the name one of the collection (https://chrsmrrs.github.io/datasets/)? "
-                f"Offline, {hint}"
-            ) from e
+            dataset = reading_raw_from(TUDataset, raw)(
+                str(self.root), self.name, use_node_attr=hp.use_node_attr
+            )
+        except Exception as e:  # e.g. a truncated or foreign file
+            raise PipelineError(f"cannot read TUDataset {self.name} in {raw} ({reason(e)})") from e
         x = dataset.get(0).get("x")  # get(): the stored graph, before any transform
         fill = hp.featureless if x is None or x.size(1) == 0 else None
         max_degree = 0

@@ -13,16 +13,15 @@ task="link": PyG's RandomLinkSplit holds out a seeded fraction of the edges for 
 for testing, each with as many node pairs that are not edges; message passing at training time
 uses the training edges only (at test time the training and validation edges).
 
-    python -m src.train model=gcn data=planetoid data.raw_root=../shared/data/planetoid
-    python -m src.train model=gcn data=planetoid task=link data.raw_root=...
+    python -m src.train model=gcn data=planetoid
+    python -m src.train model=gcn data=planetoid task=link
     python -m src.train model=gcn data=karate        # built into PyG: offline everywhere
 
 Planetoid (Cora, CiteSeer, PubMed; Yang et al. 2016) comes through PyG's
-`torch_geometric.datasets.Planetoid(root, name)`, which reads `<root>/<name>/raw/ind.<name>.*`
-(fetching them when they are absent and the network is there) and writes
-`<root>/<name>/processed/`. `root` is therefore a writable folder under data/; a read-only copy
-of the raw files elsewhere (`raw_root`, laid out as `<raw_root>/<name>/raw/`) is copied into it
-first. Features are row-normalised (`NormalizeFeatures`), as both papers do.
+`torch_geometric.datasets.Planetoid(root, name)`, reading the raw files `ind.<name>.*` from their
+home `data/raw/planetoid/<name>/raw/` (filled by `src.data.sources.fetch`: the mirror, else a
+download) and writing `<root>/<name>/processed/`. Features are row-normalised
+(`NormalizeFeatures`), as both papers do.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import json
 import logging
 import os
 import random
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,25 +39,21 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from src.data import sources
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
 PLANETOID = ("Cora", "CiteSeer", "PubMed")
 PLANETOID_SPLITS = ("public", "full", "random")
-PLANETOID_RAW = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 MASKS = ("train_mask", "val_mask", "test_mask")
 
 
-def copy_file(src: Path, dst: Path) -> None:
-    """Copy src to dst unless a file of the same size is there; never a half-copied file under
-    its real name."""
-    if dst.is_file() and dst.stat().st_size == src.stat().st_size:
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.part")
-    shutil.copyfile(src, tmp)
-    tmp.replace(dst)
+def reading_raw_from(cls: type, raw_dir: Path) -> type:
+    """PyG's dataset class `cls`, reading its raw files from `raw_dir` (the dataset's home under
+    data/raw) rather than from `<root>/<name>/raw`: raw files stay in one place, and PyG writes
+    only its processed files under `root`."""
+    return type(cls.__name__, (cls,), {"raw_dir": property(lambda self: str(raw_dir))})
 
 
 def write_json(path: Path, obj) -> None:
@@ -203,7 +197,8 @@ class PlanetoidDataModule(FullGraphDataModule):
         self,
         root: str,
         name: str = "Cora",
-        raw_root: str | None = None,
+        raw_dir: str = "data/raw",
+        mirror: str | None = None,
         download: bool = True,
         split: str = "public",
         num_train_per_class: int = 20,
@@ -225,42 +220,16 @@ class PlanetoidDataModule(FullGraphDataModule):
         name = canonical[name.lower()]
         self.save_hyperparameters(logger=False)
         self.name, self.root = name, Path(root)
-        self.raw_dir = self.root / name / "raw"  # where PyG reads; processed/ goes beside it
-
-    def raw_files(self, raw_dir: Path) -> list[Path]:
-        return [raw_dir / f"ind.{self.name.lower()}.{suffix}" for suffix in PLANETOID_RAW]
-
-    def _copy_raw(self) -> None:
-        """Copy `<raw_root>/<name>/raw/ind.*` into `<root>/<name>/raw/` (once)."""
-        source = Path(self.hparams.raw_root).expanduser() / self.name / "raw"
-        missing = [f.name for f in self.raw_files(source) if not f.is_file()]
-        if missing:
-            raise PipelineError(
-                f"Planetoid {self.name} raw files missing in {source}: {', '.join(missing)} "
-                f"(data.raw_root must hold {self.name}/raw/ind.{self.name.lower()}.*)"
-            )
-        for src, dst in zip(self.raw_files(source), self.raw_files(self.raw_dir), strict=True):
-            copy_file(src, dst)
 
     def load(self):
         from torch_geometric.datasets import Planetoid
         from torch_geometric.transforms import NormalizeFeatures
 
         hp = self.hparams
-        if hp.raw_root:
-            self._copy_raw()
-        have_raw = all(f.is_file() for f in self.raw_files(self.raw_dir))
-        hint = (
-            f"set data.raw_root to a folder holding {self.name}/raw/ind.{self.name.lower()}.* "
-            "(e.g. ../shared/data/planetoid)"
-        )
-        if not have_raw and not hp.download:
-            raise PipelineError(
-                f"Planetoid {self.name} not found in {self.raw_dir} and data.download=false; {hint}"
-            )
+        raw = sources.fetch(sources.planetoid(self.name), hp.raw_dir, hp.mirror, hp.download)
         try:
             with seeded(hp.split_seed):  # the random split
-                dataset = Planetoid(
+                dataset = reading_raw_from(Planetoid, raw)(
                     str(self.root),
                     self.name,
                     split=hp.split,
@@ -269,14 +238,9 @@ class PlanetoidDataModule(FullGraphDataModule):
                     num_test=hp.num_test,
                     transform=NormalizeFeatures() if hp.normalize_features else None,
                 )
-        except Exception as e:
-            if have_raw:  # e.g. a truncated or foreign file
-                raise PipelineError(
-                    f"cannot read Planetoid {self.name} from {self.root / self.name} ({reason(e)})"
-                ) from e
+        except Exception as e:  # e.g. a truncated or foreign file
             raise PipelineError(
-                f"could not download Planetoid {self.name} into {self.raw_dir} ({reason(e)}); "
-                f"offline, {hint}"
+                f"cannot read Planetoid {self.name} from {raw} ({reason(e)})"
             ) from e
         return dataset[0]  # the transform runs here, once
 

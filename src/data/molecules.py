@@ -1,14 +1,15 @@
 """Molecules as graphs with 3D coordinates (Bishop, sec. 13.3.4): atoms are nodes, bonds edges.
 
 MoleculeNet (Wu et al. 2018) through PyG's `torch_geometric.datasets.MoleculeNet(root, name)`,
-which reads the dataset's csv from `<root>/<name>/raw/` (fetching it when absent and the network
-is there) and turns each SMILES string into a graph with `torch_geometric.utils.from_smiles`:
+which reads the dataset's csv from its home `data/raw/<name>/` (filled by
+`src.data.sources.fetch`: the mirror, else a download) and turns each SMILES string into a
+graph with `torch_geometric.utils.from_smiles`:
 9 integer features per atom (element, chirality, degree, formal charge, hydrogens, radical
 electrons, hybridisation, aromatic, in a ring) and 3 per bond (type, stereo, conjugated), each
 bond as two directed edges. On access these become float one-hot vectors, x (N, 177) and
 edge_attr (E, 30), with the sizes of PyG's `x_map` / `e_map`.
 
-    python -m src.prepare data=esol data.raw_file=../shared/data/esol/delaney-processed.csv
+    python -m src.prepare data=esol
 
 `pos` (N, 3) holds coordinates in Å from RDKit, computed once when the dataset is processed
 (PyG's `pre_transform`): hydrogens added, one conformer embedded with ETKDG (Riniker & Landrum
@@ -33,7 +34,9 @@ from pathlib import Path
 
 import torch
 
-from src.data.graph_sets import SPLITS, TASKS, GraphSetDataModule, copy_file, reason
+from src.data import sources
+from src.data.graph_sets import SPLITS, TASKS, GraphSetDataModule
+from src.data.graphs import reading_raw_from, reason
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -149,15 +152,14 @@ class MoleculeNetDataModule(GraphSetDataModule):
     """A MoleculeNet dataset with one target per molecule: ESOL, FreeSolv, Lipophilicity
     (regression, y float (B, 1)) or BACE, BBBP, HIV (binary classification, y long (B,)).
 
-    `raw_file` is a copy of the dataset's csv anywhere (e.g. the read-only shared folder), copied
-    to where PyG reads it, `<root>/<name>/raw/<PyG's file name>`.
     """
 
     def __init__(
         self,
         root: str,
         name: str = "ESOL",
-        raw_file: str | None = None,
+        raw_dir: str = "data/raw",
+        mirror: str | None = None,
         download: bool = True,
         task: str | None = None,
         split: str = "random",
@@ -191,27 +193,17 @@ class MoleculeNetDataModule(GraphSetDataModule):
         from torch_geometric.datasets import MoleculeNet
 
         hp = self.hparams
-        raw_path = self.dataset_dir / "raw" / f"{MoleculeNet.names[self.key][2]}.csv"
-        if hp.raw_file:
-            source = Path(hp.raw_file).expanduser()
-            if not source.is_file():
-                raise PipelineError(f"MoleculeNet {self.name} raw file not found: {source}")
-            copy_file(source, raw_path)
-        have_raw = raw_path.is_file()
-        hint = f"set data.raw_file to a copy of {raw_path.name}"
-        if not have_raw and not hp.download:
-            raise PipelineError(
-                f"MoleculeNet {self.name} not found in {raw_path.parent} and data.download=false; "
-                f"{hint}"
-            )
+        raw_dataset = sources.moleculenet(self.key)
+        raw = sources.fetch(raw_dataset, hp.raw_dir, hp.mirror, hp.download)
+        raw_path = raw / raw_dataset.files[0]
         fresh = not (self.dataset_dir / "processed" / "data.pt").is_file()
-        if have_raw and fresh and not _has_rows(raw_path):
+        if fresh and not _has_rows(raw_path):
             raise PipelineError(f"{raw_path} holds no molecules (an empty csv)")
         parser, conformer, start = SmilesParser(), Conformer(), time.perf_counter()
         try:
             with warnings.catch_warnings():  # one per unparsable SMILES: counted and logged below
                 warnings.filterwarnings("ignore", message="Skipping molecule")
-                dataset = MoleculeNet(
+                dataset = reading_raw_from(MoleculeNet, raw)(
                     str(self.root), self.key, pre_transform=conformer, from_smiles=parser
                 )
         except Exception as e:
@@ -219,13 +211,8 @@ class MoleculeNetDataModule(GraphSetDataModule):
                 raise PipelineError(
                     f"RDKit cannot parse any of the {parser.seen} SMILES strings in {raw_path}"
                 ) from e
-            if have_raw:  # e.g. another dataset's csv
-                raise PipelineError(
-                    f"cannot read MoleculeNet {self.name} from {raw_path} ({reason(e)})"
-                ) from e
-            raise PipelineError(
-                f"could not download MoleculeNet {self.name} into {raw_path.parent} ({reason(e)}); "
-                f"offline, {hint}"
+            raise PipelineError(  # e.g. another dataset's csv
+                f"cannot read MoleculeNet {self.name} from {raw_path} ({reason(e)})"
             ) from e
         if parser.seen:  # processed just now
             log.info(

@@ -21,7 +21,6 @@ import os
 import shutil
 import sysconfig
 import tempfile
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from src.data.sources import fetch
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -84,28 +84,6 @@ def read_documents(files: list[Path]) -> list[str]:
         where = files[0] if len(files) == 1 else f"{len(files)} files"
         raise PipelineError(f"corpus is empty: {where}")
     return docs
-
-
-def download(url: str, dest: Path, sha256: str | None = None, key: str = "data.path") -> Path:
-    """Fetch `url` once into `dest` (written atomically, checked against `sha256` when given);
-    `key` is the setting that points at a local copy instead, named when the download fails."""
-    if dest.exists():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    log.info("downloading %s -> %s", url, dest)
-    tmp = dest.with_suffix(dest.suffix + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r, open(tmp, "wb") as f:
-            shutil.copyfileobj(r, f)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PipelineError(f"could not download {url} ({e}); pass {key}=FILE instead") from e
-    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    if sha256 and digest != sha256:
-        tmp.unlink()
-        raise PipelineError(f"{url} has sha256 {digest}, expected {sha256}")
-    tmp.rename(dest)
-    return dest
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -342,9 +320,9 @@ class TextDataModule(PreparedText):
         processed_dir: str,
         path: str | None = None,
         glob: str = "**/*",
-        url: str | None = None,
-        sha256: str | None = None,
-        raw_path: str | None = None,
+        dataset: str | None = None,
+        raw_dir: str = "data/raw",
+        mirror: str | None = None,
         tokenizer: str = "bpe",
         vocab_size: int | None = 4096,
         tokenizer_file: str | None = None,
@@ -364,8 +342,8 @@ class TextDataModule(PreparedText):
     def prepare_data(self) -> None:
         hp = self.hparams
         path = hp.path
-        if path is None and hp.url:  # a named public corpus, fetched once
-            path = download(hp.url, Path(hp.raw_path), hp.sha256)
+        if path is None and hp.dataset:  # a registered public corpus, fetched once
+            path = fetch(hp.dataset, hp.raw_dir, hp.mirror)
         files = corpus_files(path, hp.glob)
         prepare_corpus(self.processed_dir, files, hp.tokenizer, hp.vocab_size, tuple(hp.splits),
                        hp.tokenizer_file)  # fmt: skip

@@ -61,12 +61,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from src.data.sources import fetch, lookup
 from src.data.text import (
     CLS_ID,
     PAD_ID,
     SPLITS,
     PreparedText,
-    download,
     load_tokenizer_file,
     stdlib_files,
     train_tokenizer,
@@ -78,10 +78,6 @@ log = logging.getLogger(__name__)
 FORMAT = 1  # bump when the processed layout changes, so old folders are rebuilt
 IGNORE = -100  # label of tokens that carry none (CLS, padding, later sub-tokens of a word)
 TASKS = {"cls": "shakespeare_speakers", "tag": "python_tokens"}  # task -> its built-in source
-SHAKESPEARE_URL = (
-    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-)
-SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 PY_TAGS = ("NAME", "KEYWORD", "OP", "NUMBER", "STRING", "COMMENT")
 # a speech: "NAME:" at the start of the text or after a blank line, then non-blank lines
 SPEECH = re.compile(r"(?:\A|(?<=\n\n))([^\n:]+):\n((?:[^\n]+(?:\n|\Z))+)")
@@ -382,10 +378,9 @@ class TextClsDataModule(PreparedText):
         source: str | None = None,
         path: str | None = None,
         name: str | None = None,
-        raw: str | None = None,
-        raw_path: str | None = None,
-        url: str = SHAKESPEARE_URL,
-        sha256: str | None = SHAKESPEARE_SHA256,
+        dataset: str = "tinyshakespeare",
+        raw_dir: str = "data/raw",
+        mirror: str | None = None,
         num_classes: int = 8,
         python_files: int = 200,
         chunk_lines: int = 8,
@@ -423,14 +418,8 @@ class TextClsDataModule(PreparedText):
         hp = self.hparams
         if hp.path is not None:
             return Path(hp.path).expanduser()
-        if hp.raw is not None:
-            p = Path(hp.raw).expanduser()
-            if not p.is_file():
-                raise PipelineError(f"raw text not found: {p}")
-            return p
-        if hp.raw_path is None:
-            raise PipelineError("set data.raw (a copy of tiny Shakespeare) or data.raw_path")
-        return download(hp.url, Path(hp.raw_path), hp.sha256, key="data.raw")
+        folder = fetch(hp.dataset, hp.raw_dir, hp.mirror)  # the speeches' plays
+        return folder / lookup(hp.dataset).files[0]
 
     def _settings(self) -> dict:
         hp = self.hparams
