@@ -206,7 +206,7 @@ def pretrained(tmp_path_factory, shakespeare):
     from tests.conftest import assert_ok, run_module
 
     root = tmp_path_factory.mktemp("bert")
-    data = [f"paths.data_dir={root / 'data'}", f"data.raw={shakespeare}"]
+    data = [f"paths.data_dir={root / 'data'}"]  # tiny Shakespeare from the mirror
     assert_ok(run_module("src.prepare", "data=text_cls", *data))
     run = root / "pretrain"
     assert_ok(run_module("src.train", "experiment=bert_pretrain_speakers", *TINY,

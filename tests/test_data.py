@@ -3,7 +3,6 @@ and the Lightning data module, all offline and on small corpora."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sysconfig
 from pathlib import Path
@@ -20,7 +19,6 @@ from src.data.text import (
     TextDataModule,
     TokenWindows,
     corpus_files,
-    download,
     encode_documents,
     load_tokenizer,
     prepare_corpus,
@@ -31,7 +29,6 @@ from src.data.text import (
 from src.utils.errors import PipelineError
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -125,39 +122,6 @@ def test_read_documents_empty_binary_and_mixed(tmp_path):
     assert read_documents([a, binary, b, empty]) == ["first document", "second document"]
     with pytest.raises(PipelineError, match="empty"):
         read_documents([binary, empty])
-
-
-# --------------------------------------------------------------------------- download
-
-
-def test_download_file_url_and_checksum(tmp_path, shakespeare):
-    """A file:// download equals its source, passes the right sha256 and is not fetched twice."""
-    dest = tmp_path / "raw" / "input.txt"
-    assert download(shakespeare.as_uri(), dest, SHAKESPEARE_SHA256) == dest
-    assert dest.read_bytes() == shakespeare.read_bytes()
-    assert not dest.with_name("input.txt.part").exists()
-
-    # already there: returned as is, even though the URL no longer works
-    dest.write_text("cached")
-    assert download((tmp_path / "gone.txt").as_uri(), dest, SHAKESPEARE_SHA256) == dest
-    assert dest.read_text() == "cached"
-
-
-def test_download_wrong_checksum_leaves_nothing(tmp_path, shakespeare):
-    """A checksum mismatch is a PipelineError and leaves neither the file nor its .part."""
-    dest = tmp_path / "input.txt"
-    with pytest.raises(PipelineError, match="sha256"):
-        download(shakespeare.as_uri(), dest, "0" * 64)
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize("url", ["file:///nonexistent/dir/x.txt", "http://127.0.0.1:9/x.txt"])
-def test_download_unreachable_hints_at_data_path(tmp_path, url):
-    """An unreachable URL is a PipelineError that tells the user to pass data.path."""
-    dest = tmp_path / "x.txt"
-    with pytest.raises(PipelineError, match=r"data\.path"):
-        download(url, dest)
-    assert list(tmp_path.iterdir()) == []
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -570,25 +534,16 @@ def test_datamodule_state_dict_carries_the_tokenizer(tmp_path, slice_200k, small
         other.load_state_dict({})
 
 
-def test_shakespeare_config_downloads_offline(tmp_path, shakespeare):
-    """The shakespeare config prepares from data.url (a file:// copy) with its own checksum."""
+def test_shakespeare_config_fetches_its_dataset_once(tmp_path, shakespeare):
+    """data=shakespeare names the registered dataset; its file is fetched once into raw_dir
+    (here from the mirror), and a second preparation needs neither mirror nor network."""
     cfg = OmegaConf.load(ROOT / "conf" / "data" / "shakespeare.yaml")
-    assert cfg.sha256 == SHAKESPEARE_SHA256
-    assert hashlib.sha256(shakespeare.read_bytes()).hexdigest() == cfg.sha256
-    raw = tmp_path / "raw" / "tinyshakespeare.txt"
-    dm = TextDataModule(
-        name=cfg.name,
-        processed_dir=str(tmp_path / "processed" / "shakespeare-char"),
-        path=None,
-        url=shakespeare.as_uri(),
-        sha256=cfg.sha256,
-        raw_path=str(raw),
-        tokenizer=cfg.tokenizer,
-        block_size=cfg.block_size,
-        batch_size=4,
-        steps_per_epoch=2,
-    )
+    kw = dict(name=cfg.name, processed_dir=str(tmp_path / "processed" / "shakespeare-char"),
+              dataset=cfg.dataset, raw_dir=str(tmp_path / "raw"), tokenizer=cfg.tokenizer,
+              block_size=cfg.block_size, batch_size=4, steps_per_epoch=2)  # fmt: skip
+    dm = TextDataModule(**kw, mirror=str(shakespeare.parents[1]))
     dm.prepare_data()
+    raw = tmp_path / "raw" / "tinyshakespeare" / "input.txt"
     assert raw.read_bytes() == shakespeare.read_bytes()
     assert dm.meta["vocab_size"] == 71
     assert sum(dm.meta["tokens"].values()) == 1_115_394
@@ -596,15 +551,6 @@ def test_shakespeare_config_downloads_offline(tmp_path, shakespeare):
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (4, cfg.block_size)
 
-    # a second preparation needs neither the network nor the tokenizer
-    dm2 = TextDataModule(
-        name=cfg.name,
-        processed_dir=str(tmp_path / "processed" / "shakespeare-char"),
-        url="http://127.0.0.1:9/unreachable.txt",
-        sha256=cfg.sha256,
-        raw_path=str(raw),
-        tokenizer=cfg.tokenizer,
-        block_size=cfg.block_size,
-    )
+    dm2 = TextDataModule(**kw, mirror=None)
     dm2.prepare_data()
     assert dm2.meta == dm.meta

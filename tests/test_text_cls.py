@@ -23,13 +23,15 @@ from src.data.text_cls import (
     without_spans,
 )
 from src.utils.errors import PipelineError
+from tests.conftest import MIRROR
 
 ROOT = Path(__file__).resolve().parents[1]
 CLS_ID, PAD_ID = 3, 2
 
 
 def make_dm(out: Path, **kw) -> TextClsDataModule:
-    kw = {"vocab_size": 300, "batch_size": 8, "block_size": 32, **kw}
+    raw = {"raw_dir": str(out.parent / "raw"), "mirror": str(MIRROR)}  # tiny Shakespeare's copy
+    kw = {"vocab_size": 300, "batch_size": 8, "block_size": 32, **raw, **kw}
     dm = TextClsDataModule(processed_dir=str(out), **kw)
     dm.prepare_data()
     dm.setup("fit")
@@ -50,7 +52,7 @@ def speeches_by_line(text: str) -> Counter:
 @pytest.fixture(scope="module")
 def speakers(tmp_path_factory, shakespeare) -> TextClsDataModule:
     out = tmp_path_factory.mktemp("speakers") / "processed"
-    return make_dm(out, raw=str(shakespeare), vocab_size=1024)
+    return make_dm(out, vocab_size=1024)
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +145,10 @@ def test_corpus_holds_no_held_out_speech(speakers, raw_text):
 def test_splits_are_seeded_partitions(tmp_path, speakers, shakespeare):
     """The same split seed gives the same split; another one another split; split_ids partitions
     every stratum by the fractions."""
-    again = make_dm(tmp_path / "again", raw=str(shakespeare), vocab_size=1024)
+    again = make_dm(tmp_path / "again", vocab_size=1024)
     for split in ("train", "val", "test"):
         assert again.texts(split) == speakers.texts(split)
-    other = make_dm(tmp_path / "other", raw=str(shakespeare), vocab_size=1024, split_seed=1)
+    other = make_dm(tmp_path / "other", vocab_size=1024, split_seed=1)
     assert other.texts("test") != speakers.texts("test")
     assert other.meta["counts"] == speakers.meta["counts"]  # stratified: same sizes
 
@@ -164,27 +166,30 @@ def test_splits_are_seeded_partitions(tmp_path, speakers, shakespeare):
 def test_second_prepare_is_skipped_and_settings_rebuild(tmp_path, shakespeare, monkeypatch):
     """A matching fingerprint skips all work; another vocabulary size rebuilds."""
     out = tmp_path / "p"
-    make_dm(out, raw=str(shakespeare))
+    make_dm(out)
     before = (out / "meta.json").read_text()
 
     def boom(*a, **k):
         raise AssertionError("prepared again")
 
     monkeypatch.setattr(text_cls, "train_tokenizer", boom)
-    make_dm(out, raw=str(shakespeare))
+    make_dm(out)
     assert (out / "meta.json").read_text() == before
     monkeypatch.undo()
-    bigger = make_dm(out, raw=str(shakespeare), vocab_size=400)
+    bigger = make_dm(out, vocab_size=400)
     assert bigger.meta["vocab_size"] == 400 != json.loads(before)["vocab_size"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_shakespeare_download_once(tmp_path, shakespeare):
-    """Without raw the text is fetched from url into raw_path (checked against its sha256)."""
-    raw = tmp_path / "raw" / "tiny.txt"
-    dm = make_dm(tmp_path / "p", raw_path=str(raw), url=shakespeare.as_uri(), num_classes=2)
+def test_shakespeare_fetched_once(tmp_path, shakespeare):
+    """The speeches' text is fetched once into raw_dir/tinyshakespeare/; later runs need no
+    mirror (nor network)."""
+    dm = make_dm(tmp_path / "p", num_classes=2)
+    raw = tmp_path / "raw" / "tinyshakespeare" / "input.txt"
     assert raw.read_bytes() == shakespeare.read_bytes()
     assert dm.label_names == ["DUKE VINCENTIO", "GLOUCESTER"]
+    again = make_dm(tmp_path / "q", num_classes=2, mirror=None)
+    assert again.label_names == dm.label_names
 
 
 # --------------------------------------------------------------------------- batches
@@ -319,7 +324,7 @@ def test_config_composes_and_prepares(tmp_path, shakespeare):
     from src.utils.config import register_resolvers
 
     register_resolvers()
-    overrides = ["data=text_cls", f"data.raw={shakespeare}", f"paths.data_dir={tmp_path}",
+    overrides = ["data=text_cls", f"paths.data_dir={tmp_path}",
                  "data.vocab_size=300", "data.num_classes=3"]  # fmt: skip
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)

@@ -22,9 +22,9 @@ import yaml
 from src.utils import config
 from src.utils.config import wandb_offline
 from src.utils.wandb_files import OfflineRun, offline_runs, read_offline_run
+from tests.conftest import SHAKESPEARE
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAKESPEARE = (Path(__file__).parents[1] / "../shared/data/tinyshakespeare/input.txt").resolve()
 
 
 def _is_wandb_var(name: str) -> bool:
@@ -53,7 +53,7 @@ def _isolated_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 def _train(run_dir: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
     if not SHAKESPEARE.exists():
-        pytest.skip(f"shared dataset missing: {SHAKESPEARE}")
+        pytest.skip(f"dataset missing in the mirror: {SHAKESPEARE}")
     cmd = [
         sys.executable, "-m", "src.train",
         "experiment=gpt_shakespeare_char", f"data.path={SHAKESPEARE}", "debug=limit",

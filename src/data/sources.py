@@ -370,18 +370,20 @@ def _download_all(downloads: tuple[Download, ...], dst: Path) -> None:
 
 def _download(d: Download, path: Path) -> None:
     """`d.url` into `path`, streamed and hashed; its size and SHA-256 must be the pinned ones."""
-    digest, size = hashlib.sha256(), 0
+    digest, size, announced = hashlib.sha256(), 0, None
     request = urllib.request.Request(d.url, headers={"User-Agent": "bishop-pipeline"})
     try:
         with urllib.request.urlopen(request, timeout=60) as r, open(path, "wb") as f:
+            announced = r.headers.get("Content-Length")  # None for file:// and chunked replies
             while chunk := r.read(1 << 20):
                 f.write(chunk)
                 digest.update(chunk)
                 size += len(chunk)
-    except Exception as e:  # URLError, a refused connection, a cut-off response (IncompleteRead)
+    except Exception as e:  # URLError, a refused connection, a reset
         raise DownloadError(f"could not download {d.url}: {_first_line(e)}") from e
-    if d.size is not None and size != d.size:
-        raise DownloadError(f"{d.url} sent {size} bytes, expected {d.size} (a cut-off download?)")
+    expected = d.size if d.size is not None else announced and int(announced)
+    if expected is not None and size != expected:  # http.client does not raise on a short body
+        raise DownloadError(f"{d.url} sent {size} bytes, expected {expected} (a cut-off download)")
     if d.sha256 is not None and digest.hexdigest() != d.sha256:
         raise DownloadError(f"{d.url} has sha256 {digest.hexdigest()}, expected {d.sha256}")
 
