@@ -1,8 +1,7 @@
 """Who speaks this speech? BERT pre-trained + fine-tuned vs the same model from scratch, LoRA, and
 the bag-of-words naive Bayes baseline, on the 8 most frequent speakers of tiny Shakespeare.
 
-    python bench/bert_speakers.py [--raw ../shared/data/tinyshakespeare/input.txt]
-                                  [--pretrained CKPT] [--seeds 0 1 2] [--lora-rank 8]
+    python bench/bert_speakers.py [--pretrained CKPT] [--seeds 0 1 2] [--lora-rank 8]
                                   [--variants scratch finetune lora]
 
 The task (data=text_cls, 1288 speeches, a fixed seeded 80/10/10 split, 130 test speeches) is
@@ -74,7 +73,6 @@ def naive_bayes(data: list[str]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--raw", type=Path, default=ROOT / "../shared/data/tinyshakespeare/input.txt")
     p.add_argument("--pretrained", type=Path, help="a checkpoint of experiment=bert_pretrain_*")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument(
@@ -92,7 +90,7 @@ def main() -> None:
     args = p.parse_args()
     out = args.out.resolve()
     data_dir = (args.data_dir or out / "data").resolve()
-    data = [f"data.raw={args.raw.resolve()}", f"paths.data_dir={data_dir}"]
+    data = [f"paths.data_dir={data_dir}"]  # tiny Shakespeare in <data_dir>/raw, else fetched
 
     result = {"bench": "bert_speakers", "seeds": args.seeds, "naive_bayes": naive_bayes(data)}
     pretrained = args.pretrained

@@ -1,8 +1,7 @@
 """Solubility regression on ESOL (Delaney 2004; MoleculeNet), through the full pipeline, against
 MoleculeNet's figures.
 
-    python bench/esol.py [--raw-file ../shared/data/esol/delaney-processed.csv]
-                         [--models gin egnn] [--seeds 0 1 2] [--threads 1]
+    python bench/esol.py [--models gin egnn] [--seeds 0 1 2] [--threads 1] [--data-root DIR]
 
 ESOL: 1128 molecules and their measured log10 solubility in mol/L, graphs of heavy atoms (one-hot
 atom and bond features, RDKit 3D coordinates), MoleculeNet's random 80/10/10 split drawn once with
@@ -44,10 +43,9 @@ def env(threads: int) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
 
 
-def prepare(raw_file: Path, data_root: Path, threads: int) -> float:
+def prepare(data_root: Path, threads: int) -> float:
     """Process ESOL (3D coordinates) and draw the split once; returns the seconds it took."""
-    cmd = [sys.executable, "-m", "src.prepare", "data=esol", f"data.raw_file={raw_file}",
-           f"data.root={data_root}"]  # fmt: skip
+    cmd = [sys.executable, "-m", "src.prepare", "data=esol", f"data.root={data_root}"]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, env=env(threads), check=True, stdout=subprocess.DEVNULL)
@@ -62,11 +60,11 @@ def best_val(run_dir: Path) -> tuple[float, int, int]:
     return rmse, epoch, max(e for _, e in vals)
 
 
-def run(model: str, raw_file: Path, data_root: Path, seed: int, run_dir: Path, threads: int):
+def run(model: str, data_root: Path, seed: int, run_dir: Path, threads: int):
     """One training run through `python -m src.train`; returns its metrics and seconds."""
     cmd = [
         sys.executable, "-m", "src.train", f"experiment=esol_{model}",
-        f"data.raw_file={raw_file}", f"data.root={data_root}", f"seed={seed}", "logger=csv",
+        f"data.root={data_root}", f"seed={seed}", "logger=csv",
         "callbacks.progress_bar.refresh_rate=0", f"hydra.run.dir={run_dir}",
     ]  # fmt: skip
     print("$", " ".join(cmd), flush=True)
@@ -124,9 +122,6 @@ def summarise(model: str, runs: list[dict]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument(
-        "--raw-file", type=Path, default=ROOT / "../shared/data/esol/delaney-processed.csv"
-    )
     p.add_argument("--models", nargs="+", choices=["gin", "egnn"], default=["gin", "egnn"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs")
@@ -134,7 +129,7 @@ def main() -> None:
     p.add_argument("--data-root", type=Path, help="data.root (default: OUT/data)")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     args = p.parse_args()
-    raw_file, out = args.raw_file.resolve(), args.out.resolve()
+    out = args.out.resolve()
     data_root = (args.data_root or out / "data").resolve()
     result = {
         "bench": "esol",
@@ -143,13 +138,12 @@ def main() -> None:
         "threads": args.threads,
         "target_test_rmse": TARGET,
         "references_test_rmse": REFERENCES,
-        "prepare_sec": round(prepare(raw_file, data_root, args.threads), 1),
+        "prepare_sec": round(prepare(data_root, args.threads), 1),
     }
     summaries = {}
     for model in args.models:
         summaries[model] = [
-            run(model, raw_file, data_root, s, out / f"{model}-seed{s}", args.threads)
-            for s in args.seeds
+            run(model, data_root, s, out / f"{model}-seed{s}", args.threads) for s in args.seeds
         ]
     for model, runs in summaries.items():
         result[model] = summarise(model, runs)

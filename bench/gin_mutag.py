@@ -1,6 +1,6 @@
 """GIN on MUTAG with 10-fold cross-validation, through the full pipeline, against the paper.
 
-    python bench/gin_mutag.py [--raw-root ../shared/data/TUDataset] [--seeds 0 1 2]
+    python bench/gin_mutag.py [--seeds 0 1 2] [--data-root DIR]
                               [--folds 0 1 ... 9] [OVERRIDE ...]
 
 Each run is `python -m src.train experiment=gin_mutag data.fold=K seed=S logger=csv` (see the
@@ -63,7 +63,7 @@ def run(fold: int, seed: int, run_dir: Path, args, overrides: list[str]) -> dict
     """One fold through `python -m src.train`; returns its accuracy curve and timings."""
     cmd = [
         sys.executable, "-m", "src.train", "experiment=gin_mutag", f"data.fold={fold}",
-        f"seed={seed}", f"data.raw_root={args.raw_root}", "logger=csv",
+        f"seed={seed}", "logger=csv",
         "callbacks.progress_bar.refresh_rate=0", f"hydra.run.dir={run_dir}",
     ]  # fmt: skip
     if args.data_root:
@@ -128,7 +128,6 @@ def summarise(seed: int, runs: list[dict]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--raw-root", type=Path, default=ROOT / "../shared/data/TUDataset")
     p.add_argument("--data-root", type=Path, default=None, help="data.root (default: preset's)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="model seeds")
     p.add_argument("--folds", type=int, nargs="+", default=list(range(10)))
@@ -137,7 +136,6 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/gin_mutag")
     p.add_argument("overrides", nargs="*", help="key=value for every run")
     args = p.parse_args()
-    args.raw_root = args.raw_root.resolve()
     out = args.out.resolve()
     print(
         f"GIN on MUTAG, folds {args.folds}, model seeds {args.seeds}, split seed 0, "

@@ -1,6 +1,6 @@
 """GCN and GAT on Cora (public Planetoid split), through the full pipeline, against the papers.
 
-    python bench/gnn_cora.py [--raw-root ../shared/data/planetoid] [--seeds 0 1 ... 9]
+    python bench/gnn_cora.py [--seeds 0 1 ... 9] [--data-root DIR]
                              [--models gcn gat] [--overrides KEY=VALUE ...]
 
 Each run is `python -m src.train experiment=gcn_cora` or `experiment=gat_cora` (Lightning,
@@ -165,7 +165,6 @@ def summarise(model: str, runs: list[dict]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--raw-root", type=Path, default=ROOT / "../shared/data/planetoid")
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     p.add_argument("--models", nargs="+", choices=sorted(REFERENCES), default=["gcn", "gat"])
     p.add_argument("--data-root", type=Path, help="data.root (default: the preset's)")
@@ -173,9 +172,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/gnn_cora")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     args = p.parse_args()
-    data = [f"data.raw_root={args.raw_root.resolve()}"]
-    if args.data_root:
-        data.append(f"data.root={args.data_root.resolve()}")
+    data = [f"data.root={args.data_root.resolve()}"] if args.data_root else []
     data += args.overrides
     result = {"bench": "gnn_cora", "seeds": args.seeds, "torch_threads": torch.get_num_threads()}
     summaries = {}

@@ -1,6 +1,9 @@
 """nanoGPT's CPU "baby GPT" on tiny Shakespeare, character level, through the full pipeline.
 
     python bench/gpt_shakespeare.py [--data PATH] [--max-steps 2000] [--seeds 1337 1338 1339]
+
+Without --data the corpus is the registered tiny Shakespeare in data/raw/ (fetched from
+$DATA_MIRROR or downloaded on first use).
                                     [--no-bare-reference] [--json FILE]
 
 Trains `experiment=gpt_shakespeare_char` with `python -m src.train` (Lightning, progress bar,
@@ -97,11 +100,12 @@ class InterleavedBareLoop(pl.Callback):
         (Path(trainer.default_root_dir) / "step_times.json").write_text(json.dumps(times))
 
 
-def run(data: Path, max_steps: int, seed: int, run_dir: Path) -> dict:
+def run(data: Path | None, max_steps: int, seed: int, run_dir: Path) -> dict:
     """One training run through `python -m src.train`; returns its metrics and step times."""
     cmd = [
         sys.executable, "-m", "src.train", "experiment=gpt_shakespeare_char",
-        f"data.path={data}", f"trainer.max_steps={max_steps}", f"seed={seed}", "logger=csv",
+        *([f"data.path={data}"] if data else []), f"trainer.max_steps={max_steps}",
+        f"seed={seed}", "logger=csv",
         f"hydra.run.dir={run_dir}", "callbacks.progress_bar.refresh_rate=50",
         "+callbacks.bare_loop._target_=bench.gpt_shakespeare.InterleavedBareLoop",
     ]  # fmt: skip
@@ -173,7 +177,7 @@ def estimate_spread(run_dir: Path, draws: int = 50, batches: int = 20) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--data", type=Path, default=ROOT / "../shared/data/tinyshakespeare/input.txt")
+    p.add_argument("--data", type=Path, help="a corpus file instead of data/raw/tinyshakespeare")
     p.add_argument("--max-steps", type=int, default=2000)
     p.add_argument("--seeds", type=int, nargs="+", default=[1337, 1338, 1339])
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/gpt_shakespeare")
@@ -182,7 +186,7 @@ def main() -> None:
                    help="also train each seed in a bare loop with the same recipe")  # fmt: skip
     args = p.parse_args()
     runs = [
-        run(args.data.resolve(), args.max_steps, s, args.out.resolve() / f"seed{s}")
+        run(args.data and args.data.resolve(), args.max_steps, s, args.out.resolve() / f"seed{s}")
         for s in args.seeds
     ]
     losses = [r["val/loss"] for r in runs]

@@ -1,6 +1,6 @@
 """Over-smoothing of deep GCNs on Cora, and what residual connections and jumping knowledge do.
 
-    python bench/oversmoothing.py [--raw-root ../shared/data/planetoid] [--seeds 0 1 2]
+    python bench/oversmoothing.py [--seeds 0 1 2] [--data-root DIR]
 
 Runs the sweep of `conf/experiment/oversmoothing.yaml` (GCN at depths 2, 4, 8, 16, 32; plain,
 residual, jumping knowledge, both) once per seed as one Hydra multirun, reads each job's
@@ -118,7 +118,6 @@ def log_to_wandb(path: Path, summary: dict, out: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--raw-root", type=Path, default=ROOT / "../shared/data/planetoid")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/oversmoothing")
     p.add_argument("--plot", type=Path, default=ROOT / "docs/oversmoothing.png")
@@ -126,9 +125,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     p.add_argument("--no-wandb", action="store_true")
     args = p.parse_args()
-    data = [f"data.raw_root={args.raw_root.resolve()}"]
-    if args.data_root:
-        data.append(f"data.root={args.data_root.resolve()}")
+    data = [f"data.root={args.data_root.resolve()}"] if args.data_root else []
     summary = summarise(sweep(data, args.seeds, args.out.resolve()))
     print(f"{'variant':<18} {'depth':>5} {'acc %':>6} {'cos sim':>8} {'Dirichlet':>10}")
     for variant, by_depth in summary.items():

@@ -1,5 +1,7 @@
-"""`dvc repro` on a fresh copy of the project: the text stages and the graph-data stages run (the
-GNN benchmark stages take an hour and run in bench/), a second repro does nothing."""
+"""`dvc repro` on a fresh copy of the project with only DATA_MIRROR set: the raw datasets are
+fetched into data/raw/, the text and graph-data stages run (the benchmark stages take hours and run
+in bench/), a second repro does nothing, a changed param or raw file re-runs only what depends on
+it, and offline without a mirror the fetch stage stops with one clear line."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.conftest import ROOT, SHARED
+from tests.conftest import MIRROR, ROOT
 
-# the main job and the graph datasets the shared folder has (ESOL's 3D embedding takes ~20 s)
+# the main job and the graph datasets the mirror has (ESOL's 3D embedding takes ~20 s)
 TARGETS = ["train_gpt", "prepare_graphs@planetoid", "prepare_graphs@tudataset"]
+BIN = Path(sys.executable).parent
 
 
 def _copy_project(dest: Path) -> None:
@@ -34,47 +38,84 @@ def _copy_project(dest: Path) -> None:
     subprocess.run([*git, "commit", "-qm", "clone"], cwd=dest, check=True)
 
 
-def test_dvc_repro_runs_then_is_a_noop(tmp_path):
-    _copy_project(tmp_path)
-    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    params["gpt"].update(max_steps=6, steps_per_epoch=3, limit_val_batches=2)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "WANDB_MODE": "offline"}
-    dvc = [str(bin_dir / "dvc"), "repro", *TARGETS]
-    params["graphs"]["raw"] = str(SHARED)  # the copy's ../shared is not the shared folder
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+def _set_params(project: Path, **gpt) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["gpt"].update(gpt)
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
 
-    first = subprocess.run(dvc, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "Running stage 'prepare_text'" in first.stdout
-    assert "Running stage 'train_gpt'" in first.stdout
-    for name in ("planetoid", "tudataset"):
-        assert f"Running stage 'prepare_graphs@{name}'" in first.stdout
-        split_or_processed = list((tmp_path / "data/processed/graphs" / name).rglob("*.pt"))
-        assert split_or_processed, f"no processed {name} dataset"
-    assert list((tmp_path / "data/processed/graphs/tudataset").rglob("splits/*.json"))
+
+def _repro(project: Path, *targets: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "WANDB_MODE": "offline",
+        **(env or {}),
+    }
+    env = {k: v for k, v in env.items() if v is not None}
+    return subprocess.run([str(BIN / "dvc"), "repro", *targets], cwd=project, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def _ran(proc: subprocess.CompletedProcess) -> set[str]:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {line.split("'")[1] for line in proc.stdout.splitlines() if "Running stage '" in line}
+
+
+def test_dvc_repro_with_only_the_mirror_set(tmp_path):
+    if not (MIRROR / "planetoid" / "Cora" / "raw").is_dir():
+        pytest.skip(f"the mirror {MIRROR} lacks Cora")
+    _copy_project(tmp_path)
+    _set_params(tmp_path, max_steps=6, steps_per_epoch=3, limit_val_batches=2)
+
+    first = _ran(_repro(tmp_path, *TARGETS))  # DATA_MIRROR is set (tests/conftest.py)
+    assert {"fetch@cora", "fetch@mutag", "prepare_text", "train_gpt",
+            "prepare_graphs@planetoid", "prepare_graphs@tudataset"} <= first  # fmt: skip
+    assert (tmp_path / "data/raw/planetoid/Cora/raw/ind.cora.graph").is_file()
+    for out in ("planetoid/Cora", "tudataset/MUTAG"):
+        assert list((tmp_path / "data/processed" / out).rglob("*.pt")), f"no processed {out}"
+    assert list((tmp_path / "data/processed/tudataset/MUTAG").rglob("splits/*.json"))
     metrics = json.loads((tmp_path / "outputs/dvc/train_gpt/metrics.json").read_text())
     assert {"train/loss", "val/loss", "test/loss"} <= metrics.keys()
     assert (tmp_path / "outputs/dvc/train_gpt/csv/metrics.csv").exists()
     assert (tmp_path / "dvc.lock").exists()
 
-    second = subprocess.run(dvc, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "Running stage" not in second.stdout
-    assert "up to date" in second.stdout
+    second = _repro(tmp_path, *TARGETS)
+    assert _ran(second) == set() and "up to date" in second.stdout
+
+    _set_params(tmp_path, max_steps=7, steps_per_epoch=3, limit_val_batches=2)
+    assert _ran(_repro(tmp_path, *TARGETS)) == {"train_gpt"}
+
+    readme = tmp_path / "data/raw/TUDataset/MUTAG/raw/README.txt"  # a raw file replaced by hand
+    readme.write_text(readme.read_text() + "\nannotated by hand\n")
+    assert _ran(_repro(tmp_path, *TARGETS)) == {"fetch@mutag", "prepare_graphs@tudataset"}
+    assert readme.read_text().endswith("annotated by hand\n")  # kept, not fetched again
+
+
+def test_dvc_fetch_offline_without_a_mirror_is_one_clear_line(tmp_path):
+    _copy_project(tmp_path)
+    offline = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+               "no_proxy": "", "DATA_MIRROR": None}  # fmt: skip
+    proc = _repro(tmp_path, "fetch@esol", env=offline)
+    assert proc.returncode != 0
+    assert "error: dataset esol: delaney-processed.csv not found in data/raw/esol" in proc.stderr
+    assert not (tmp_path / "data/raw/esol").exists()
 
 
 def test_every_benchmark_is_a_dvc_stage():
     """`dvc repro` reproduces the README's tables: each bench script is a stage whose JSON
     result is its metrics file (checked without running them: `dvc stage list`); BERT's
     benchmark fine-tunes the checkpoint of the pre-training stage."""
-    bin_dir = Path(sys.executable).parent
-    out = subprocess.run([str(bin_dir / "dvc"), "stage", "list"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([str(BIN / "dvc"), "stage", "list"], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout  # fmt: skip
     benches = ("bench_gpt_shakespeare", "bench_gnn_cora", "bench_gin_mutag", "bench_esol",
                "oversmoothing", "bench_bert_speakers")  # fmt: skip
-    for stage in (*benches, "prepare_graphs@esol", "prepare_text_cls", "bert_pretrain"):
+    for stage in (
+        *benches,
+        "prepare_graphs@esol",
+        "prepare_text_cls",
+        "bert_pretrain",
+        "fetch@esol",
+    ):
         assert stage in out
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name in benches:
