@@ -1,8 +1,9 @@
 """The ESOL presets (conf/experiment/esol_gin.yaml, esol_egnn.yaml; bench/esol.py): they compose
 with the settings the bench reports, and a few steps of each train, validate, checkpoint and test
-end to end through `python -m src.train`. ESOL is read from the shared folder (skipped where it
-is missing) and processed once for the module (~20 s, 3D coordinates included) into a tmp root;
-nothing is downloaded."""
+end to end through `python -m src.train`. ESOL is copied from the data mirror ($DATA_MIRROR;
+skipped where it lacks it) into a tmp root's raw/ and processed there once for the session (~20 s,
+3D coordinates included, the esol_root fixture); the runs read that root and its raw folder,
+without the mirror and without downloads."""
 
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ def test_preset_trains_and_tests(tmp_path, esol_root, model):
     """2 epochs of 2 batches: validation each epoch, the best checkpoint by val RMSE tested."""
     run_dir = tmp_path / "run"
     proc = run_module(
-        "src.train", f"experiment=esol_{model}", f"data.root={esol_root}", "data.download=false",
+        "src.train", f"experiment=esol_{model}", f"data.root={esol_root}",
+        f"data.raw_dir={esol_root / 'raw'}", "data.download=false",
         "trainer.limit_train_batches=2", "trainer.max_steps=4", "logger=none",
-        "callbacks.progress_bar.refresh_rate=0", f"hydra.run.dir={run_dir}", env=ENV,
+        "callbacks.progress_bar.refresh_rate=0", f"hydra.run.dir={run_dir}",
+        env={**ENV, "DATA_MIRROR": None},  # the csv must come from esol_root/raw
     )  # fmt: skip
     assert_ok(proc)
     metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -10,9 +10,9 @@ import torch
 
 from bench.gin_mutag import curve, summarise
 from src.models.gnn import GraphPredictor
-from tests.conftest import ROOT, SHARED, assert_ok, run_module
+from tests.conftest import MIRROR, ROOT, assert_ok, run_module
 
-TU_RAW = SHARED / "TUDataset"
+MUTAG_RAW = MIRROR / "TUDataset" / "MUTAG" / "raw"  # the mirror's copy: data/raw's layout
 
 
 def test_preset_holds_the_papers_settings():
@@ -78,12 +78,14 @@ def test_bench_protocols():
 
 
 def test_two_epochs_on_fold_0_end_to_end(tmp_path):
-    if not (TU_RAW / "MUTAG" / "raw" / "MUTAG_A.txt").is_file():
-        pytest.skip(f"shared dataset missing: {TU_RAW}/MUTAG")
-    run = tmp_path / "run"
+    """MUTAG copied from $DATA_MIRROR into <tmp>/data/raw/, processed and split under
+    <tmp>/data/processed/tudataset/ (paths.data_dir), never downloaded."""
+    if not (MUTAG_RAW / "MUTAG_A.txt").is_file():
+        pytest.skip(f"dataset missing in the mirror: {MUTAG_RAW}")
+    run, data = tmp_path / "run", tmp_path / "data"
     proc = run_module(
-        "src.train", "experiment=gin_mutag", "data.fold=0", f"data.raw_root={TU_RAW}",
-        f"data.root={tmp_path / 'data'}", "trainer.max_epochs=2", "logger=csv",
+        "src.train", "experiment=gin_mutag", "data.fold=0", f"paths.data_dir={data}",
+        "data.download=false", "trainer.max_epochs=2", "logger=csv",
         "callbacks.progress_bar.refresh_rate=0", f"hydra.run.dir={run}",
         env={"OMP_NUM_THREADS": "1"},
     )  # fmt: skip
@@ -92,5 +94,7 @@ def test_two_epochs_on_fold_0_end_to_end(tmp_path):
     assert epochs == [1, 2] and all(0 <= a <= 100 for a in acc)
     metrics = json.loads((run / "metrics.json").read_text())
     assert 100 * metrics["test/acc"] == pytest.approx(max(acc), abs=1e-3)  # val = test fold
-    folds = json.loads((tmp_path / "data/MUTAG/splits/stratified-10fold-seed0.json").read_text())
+    assert (data / "raw" / "TUDataset" / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()
+    dataset = data / "processed" / "tudataset" / "MUTAG"
+    folds = json.loads((dataset / "splits" / "stratified-10fold-seed0.json").read_text())
     assert len(folds["folds"]) == 10

@@ -2,8 +2,9 @@
 (transductive and inductive), link prediction, graph-level outputs of every layer kind; the maths
 on small graphs, and `python -m src.train model=... data=planetoid|karate [task=link]` end to end.
 
-The Planetoid runs read the shared copy of Cora's raw files (skipped where it is missing) through
-`data.raw_root`, into a writable `data.root` in the test's folder; nothing is downloaded."""
+The Planetoid runs copy Cora's raw files from the data mirror ($DATA_MIRROR; skipped where it
+lacks them) into `paths.data_dir=<tmp>/data`, so that raw files land in <tmp>/data/raw/ and
+processed ones in <tmp>/data/processed/; nothing is downloaded."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ from src.models.gnn import (
 )
 from src.utils.callbacks import Throughput
 from src.utils.errors import PipelineError
-from tests.conftest import SHARED, assert_ok, assert_one_error_line, run_module
+from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
 
-CORA_RAW = SHARED / "planetoid"
+CORA_RAW = MIRROR / "planetoid" / "Cora" / "raw"  # the mirror's copy: data/raw's layout
 N, F_IN, C = 12, 6, 3
 NET = dict(hidden=8, num_layers=2, dropout=0.0)
 OPTIM = dict(lr=0.01, weight_decay=5e-4)
@@ -42,8 +43,10 @@ FAST = ["logger=none", "callbacks.progress_bar.refresh_rate=0"]
 RESIDUAL_JK = ["model.net.residual=true", "model.net.jk=cat"]
 
 
-def _train(run_dir: Path, *overrides: str):
-    return run_module("src.train", f"hydra.run.dir={run_dir}", *overrides, env=ENV)
+def _train(run_dir: Path, *overrides: str, env: dict | None = None):
+    return run_module(
+        "src.train", f"hydra.run.dir={run_dir}", *overrides, env={**ENV, **(env or {})}
+    )
 
 
 def graph(seed: int = 0) -> Data:
@@ -311,26 +314,48 @@ def test_karate_split_is_seeded_disjoint_and_complete():
 
 
 def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
-    """Offline and without raw files, PyG's download fails: one PipelineError with a hint.
-    The download source is pointed at a missing local folder, so no network is touched."""
-    from torch_geometric.datasets import Planetoid
+    """Offline, without raw files and without a mirror, the download fails: one PipelineError
+    that names the files, where to put them, their URL and DATA_MIRROR, and no partial file is
+    left behind. Every URL fails here (urlopen raises), so no network is touched."""
+    import urllib.error
+    import urllib.request
 
-    monkeypatch.setattr(Planetoid, "url", str(tmp_path / "no-server"))
-    dm = PlanetoidDataModule(root=str(tmp_path / "planetoid"), name="cora")
-    with pytest.raises(PipelineError, match=r"could not download Planetoid Cora .*data\.raw_root"):
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network in the tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    raw = tmp_path / "raw"
+    dm = PlanetoidDataModule(root=str(tmp_path / "processed"), name="cora", raw_dir=str(raw))
+    folder = raw / "planetoid" / "Cora" / "raw"
+    with pytest.raises(PipelineError) as info:
         dm.prepare_data()
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"dataset planetoid/Cora: ind.cora.x, ind.cora.tx, ind.cora.allx, "
+                              f"ind.cora.y and 4 more not found in {folder}; ")  # fmt: skip
+    assert "raw.githubusercontent.com/kimiyoung/planetoid" in message  # where they come from
+    assert "set DATA_MIRROR to a folder holding planetoid/Cora/raw/" in message
+    assert "could not download https://" in message and "no network in the tests" in message
+    assert not [f for f in raw.rglob("*") if f.is_file()]
+    assert not (tmp_path / "processed").exists()
 
 
 # ---------------------------------------------------------------- end to end: python -m src.train
 
 
 @pytest.fixture(scope="module")
-def cora(tmp_path_factory) -> list[str]:
-    """Overrides that read Cora from the shared raw files into a writable root of this module."""
-    if not (CORA_RAW / "Cora" / "raw" / "ind.cora.x").exists():
-        pytest.skip(f"shared dataset missing: {CORA_RAW}/Cora/raw")
-    root = tmp_path_factory.mktemp("planetoid")
-    return ["data=planetoid", f"data.raw_root={CORA_RAW}", f"data.root={root}"]
+def cora_data_dir(tmp_path_factory) -> Path:
+    """This module's data folder (paths.data_dir): Cora's raw files are copied into its raw/ from
+    the mirror by the first run, and processed into its processed/."""
+    if not (CORA_RAW / "ind.cora.x").exists():
+        pytest.skip(f"dataset missing in the mirror: {CORA_RAW}")
+    return tmp_path_factory.mktemp("cora") / "data"
+
+
+@pytest.fixture(scope="module")
+def cora(cora_data_dir) -> list[str]:
+    """Overrides that read Cora from the mirror into this module's data folder, never online."""
+    return ["data=planetoid", f"paths.data_dir={cora_data_dir}", "data.download=false"]
 
 
 @pytest.fixture(scope="module")
@@ -342,7 +367,7 @@ def gcn_run(tmp_path_factory, cora) -> Path:
     return run_dir
 
 
-def test_gcn_on_cora_learns(gcn_run, cora):
+def test_gcn_on_cora_learns(gcn_run, cora_data_dir):
     metrics = json.loads((gcn_run / "metrics.json").read_text())
     assert {"train/loss", "train/acc", "val/loss", "val/acc", "test/loss", "test/acc"} <= set(
         metrics
@@ -351,9 +376,12 @@ def test_gcn_on_cora_learns(gcn_run, cora):
     assert "train/tokens_per_sec" not in metrics
     assert metrics["test/acc"] > 0.5  # 7 classes; Kipf's GCN reaches ~0.8 in 200 epochs
     assert (gcn_run / "csv" / "metrics.csv").exists()
-    root = Path(cora[-1].split("=", 1)[1])
-    assert (root / "Cora" / "raw" / "ind.cora.graph").exists()  # copied out of the shared folder
-    assert (root / "Cora" / "processed").is_dir()  # and processed beside it
+    raw = cora_data_dir / "raw" / "planetoid" / "Cora" / "raw"
+    assert (raw / "ind.cora.graph").is_file()  # copied from the mirror into its home
+    assert sorted(f.name for f in raw.iterdir()) == sorted(f.name for f in CORA_RAW.iterdir())
+    root = cora_data_dir / "processed" / "planetoid"  # data.root: processed files only
+    files = [f.relative_to(root) for f in root.rglob("*") if f.is_file()]
+    assert files and all(f.parts[:2] == ("Cora", "processed") for f in files), files
 
 
 def test_gcn_checkpoint_loads_with_weights_only(gcn_run):
@@ -434,15 +462,32 @@ def test_egnn_without_positions(tmp_path):
 
 
 def test_missing_planetoid_without_download(tmp_path):
-    proc = _train(tmp_path / "run", "model=gcn", "data=planetoid", f"data.root={tmp_path}/nope",
-                  "data.download=false", *FAST)  # fmt: skip
-    assert_one_error_line(proc, "Planetoid Cora not found in", "data.raw_root")
+    """A mirror without Cora ($DATA_MIRROR an empty folder) and downloads off: one line."""
+    empty = tmp_path / "empty-mirror"
+    empty.mkdir()
+    proc = _train(tmp_path / "run", "model=gcn", "data=planetoid",
+                  f"paths.data_dir={tmp_path}/data", "data.download=false", *FAST,
+                  env={"DATA_MIRROR": str(empty)})  # fmt: skip
+    raw = tmp_path / "data" / "raw" / "planetoid" / "Cora" / "raw"
+    assert_one_error_line(
+        proc, "dataset planetoid/Cora: ind.cora.x", f"not found in {raw}", "DATA_MIRROR",
+        f"the mirror {empty}/planetoid/Cora/raw lacks 8 of them",
+        "downloads are off (data.download=false)",
+    )  # fmt: skip
+    assert not [f for f in (tmp_path / "data").rglob("*") if f.is_file()]
 
 
-def test_missing_raw_root(tmp_path):
-    proc = _train(tmp_path / "run", "model=gcn", "data=planetoid", f"data.root={tmp_path}/pl",
-                  f"data.raw_root={tmp_path}/nope", *FAST)  # fmt: skip
-    assert_one_error_line(proc, "Planetoid Cora raw files missing in", "ind.cora.x")
+def test_missing_planetoid_without_mirror(tmp_path):
+    """data.mirror=null overrides $DATA_MIRROR (which holds Cora here): nowhere to copy from."""
+    proc = _train(tmp_path / "run", "model=gcn", "data=planetoid",
+                  f"paths.data_dir={tmp_path}/data", "data.mirror=null", "data.download=false",
+                  *FAST)  # fmt: skip
+    assert_one_error_line(
+        proc, "dataset planetoid/Cora: ind.cora.x", "not found in", "set DATA_MIRROR",
+        "raw.githubusercontent.com/kimiyoung/planetoid",
+        "(downloads are off (data.download=false))",
+    )  # fmt: skip
+    assert "the mirror" not in proc.stderr
 
 
 def test_unknown_layer_isassert_one_error_line(tmp_path):

@@ -2,15 +2,17 @@
 splits, ESOL with one-hot features and RDKit 3D coordinates, the saved splits, the batch and
 model_kwargs contract, `python -m src.prepare data=tudataset` end to end, and bad input.
 
-MUTAG and ESOL are read from the shared folder (skipped where missing) into roots under the
-tests' tmp folders; nothing is downloaded. ESOL is processed once for the module (~20 s on 2
-cores, nearly all of it the 3D embedding); other datasets here are a few tiny files written by
-the tests."""
+MUTAG and ESOL are copied from the data mirror ($DATA_MIRROR; skipped where it lacks them) into
+`<root>/raw/`, their raw home (data/raw's layout), and processed under roots in the tests' tmp
+folders; nothing is downloaded. ESOL is processed once for the session (~20 s on 2 cores, nearly
+all of it the 3D embedding); other datasets here are a few tiny files written by the tests into
+a raw folder of their own."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -19,26 +21,38 @@ import torch
 from src.data.graph_sets import TUDataModule, kfold
 from src.data.molecules import Conformer, MoleculeNetDataModule
 from src.utils.errors import PipelineError
-from tests.conftest import SHARED, assert_ok, assert_one_error_line, run_module
+from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
 
-TU_RAW = SHARED / "TUDataset"
+MUTAG_RAW = MIRROR / "TUDataset" / "MUTAG" / "raw"  # the mirror's copy: data/raw's layout
 SPLITS = ("train", "val", "test")
+
+
+def tu(root: Path, **kwargs) -> TUDataModule:
+    """A TUDataset under `root` whose raw files are at home in `root`/raw (never data/raw)."""
+    return TUDataModule(root=str(root), raw_dir=str(root / "raw"), **kwargs)
+
+
+def esol(root: Path, **kwargs) -> MoleculeNetDataModule:
+    """ESOL under `root` (the esol_root fixture: its csv is in `root`/raw/esol/)."""
+    return MoleculeNetDataModule(root=str(root), raw_dir=str(root / "raw"), **kwargs)
 
 
 @pytest.fixture(scope="module")
 def mutag_root(tmp_path_factory) -> Path:
-    """A root with MUTAG processed and its default folds saved."""
-    if not (TU_RAW / "MUTAG" / "raw" / "MUTAG_A.txt").exists():
-        pytest.skip(f"shared dataset missing: {TU_RAW}/MUTAG/raw")
+    """A root with MUTAG copied from the mirror into its raw/, processed, and its default folds
+    saved."""
+    if not (MUTAG_RAW / "MUTAG_A.txt").exists():
+        pytest.skip(f"dataset missing in the mirror: {MUTAG_RAW}")
     root = tmp_path_factory.mktemp("tudataset")
-    TUDataModule(root=str(root), raw_root=str(TU_RAW)).prepare_data()
+    tu(root, mirror=str(MIRROR), download=False).prepare_data()
     return root
 
 
-def write_tu(root: Path, name: str, graphs: list[list[tuple[int, int]]], **files: list) -> None:
-    """A TUDataset in PyG's raw layout: `graphs` as undirected edge lists on nodes 1, 2, ...
-    numbered per graph; `files` are the other columns (graph_labels, graph_attributes, ...)."""
-    raw, edges, indicator, offset = root / name / "raw", [], [], 0
+def write_tu(raw_dir: Path, name: str, graphs: list[list[tuple[int, int]]], **files: list) -> None:
+    """A TUDataset in its raw home `raw_dir`/TUDataset/<name>/raw/, in PyG's raw layout: `graphs`
+    as undirected edge lists on nodes 1, 2, ... numbered per graph; `files` are the other
+    columns (graph_labels, graph_attributes, ...)."""
+    raw, edges, indicator, offset = raw_dir / "TUDataset" / name / "raw", [], [], 0
     for g, graph in enumerate(graphs, start=1):
         n = max(max(e) for e in graph)
         edges += [(offset + a, offset + b) for a, b in graph] + [
@@ -52,8 +66,11 @@ def write_tu(root: Path, name: str, graphs: list[list[tuple[int, int]]], **files
         (raw / f"{name}_{part}.txt").write_text("".join(f"{v}\n" for v in column))
 
 
-def write_csv(path: Path, smiles: list[str]) -> Path:
-    """A csv in ESOL's layout (the target second to last, the SMILES last)."""
+def write_csv(raw_dir: Path, smiles: list[str]) -> Path:
+    """ESOL's csv in its raw home `raw_dir`/esol/, in ESOL's layout (the target second to last,
+    the SMILES last)."""
+    path = raw_dir / "esol" / "delaney-processed.csv"
+    path.parent.mkdir(parents=True)
     rows = [f"mol{i},{-i / 2},{s}" for i, s in enumerate(smiles)]
     path.write_text("\n".join(["Compound ID,measured log solubility,smiles", *rows, ""]))
     return path
@@ -63,7 +80,7 @@ def write_csv(path: Path, smiles: list[str]) -> Path:
 
 
 def test_mutag_batches_follow_the_contract(mutag_root):
-    dm = TUDataModule(root=str(mutag_root), batch_size=16)
+    dm = tu(mutag_root, batch_size=16)
     dm.setup("fit")
     assert len(dm.dataset) == 188
     assert dm.model_kwargs == {
@@ -88,21 +105,22 @@ def test_mutag_folds_partition_the_dataset_and_are_stratified(mutag_root):
     assert saved["num_graphs"] == 188 and len(folds) == 10
     assert sorted(i for fold in folds for i in fold) == list(range(188))
     assert {len(fold) for fold in folds} == {18, 19}
-    y = TUDataModule(root=str(mutag_root)).targets
+    y = tu(mutag_root).targets
     per_class = torch.stack([torch.bincount(y[fold], minlength=2) for fold in folds])
     assert per_class.sum(0).tolist() == [63, 125]
     assert (per_class.max(0).values - per_class.min(0).values).max() <= 1  # GIN's protocol
     for k in (0, 9):
-        splits = TUDataModule(root=str(mutag_root), fold=k).splits
+        splits = tu(mutag_root, fold=k).splits
         assert splits["val"].tolist() == folds[k] and torch.equal(splits["val"], splits["test"])
         assert sorted(splits["train"].tolist() + folds[k]) == list(range(188))
 
 
 def test_mutag_folds_depend_on_the_seed_alone(mutag_root, tmp_path):
-    other_root = TUDataModule(root=str(tmp_path), raw_root=str(TU_RAW))
-    same = TUDataModule(root=str(mutag_root))
+    other_root = tu(tmp_path, mirror=str(MIRROR), download=False)
+    same = tu(mutag_root)
     assert torch.equal(other_root.splits["train"], same.splits["train"])
-    reseeded = TUDataModule(root=str(mutag_root), split_seed=1)
+    assert (tmp_path / "raw" / "TUDataset" / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()
+    reseeded = tu(mutag_root, split_seed=1)
     assert not torch.equal(reseeded.splits["train"], same.splits["train"])
     assert (mutag_root / "MUTAG" / "splits" / "stratified-10fold-seed1.json").is_file()
     y = torch.tensor([0, 1] * 10)
@@ -111,24 +129,22 @@ def test_mutag_folds_depend_on_the_seed_alone(mutag_root, tmp_path):
 
 def test_saved_splits_are_reused(mutag_root):
     path = mutag_root / "MUTAG" / "splits" / "stratified-5fold-seed0.json"
-    TUDataModule(root=str(mutag_root), num_folds=5).prepare_data()
+    tu(mutag_root, num_folds=5).prepare_data()
     saved = json.loads(path.read_text())
     saved["folds"] = saved["folds"][::-1]
     path.write_text(json.dumps(saved))
-    assert (
-        TUDataModule(root=str(mutag_root), num_folds=5).splits["val"].tolist() == saved["folds"][0]
-    )
+    assert tu(mutag_root, num_folds=5).splits["val"].tolist() == saved["folds"][0]
     path.write_text(json.dumps({**saved, "num_graphs": 100}))
     with pytest.raises(PipelineError, match="is for 100 graphs, but MUTAG has 188"):
-        TUDataModule(root=str(mutag_root), num_folds=5).prepare_data()
+        tu(mutag_root, num_folds=5).prepare_data()
 
 
 def test_graphs_without_node_features_and_regression_targets(tmp_path):
     """No node labels: one-hot degrees (or a constant); graph attributes: regression, y (B, 1),
     target mean and std of the training folds."""
     graphs = [[(1, 2), (2, 3)], [(1, 2), (1, 3), (1, 4)], [(1, 2)], [(1, 2), (2, 3), (3, 1)]]
-    write_tu(tmp_path, "TOY", graphs, graph_attributes=[0.5, 1.5, 2.5, 4.5])
-    dm = TUDataModule(root=str(tmp_path), name="TOY", num_folds=2, batch_size=4)
+    write_tu(tmp_path / "raw", "TOY", graphs, graph_attributes=[0.5, 1.5, 2.5, 4.5])
+    dm = tu(tmp_path, name="TOY", num_folds=2, batch_size=4, download=False)
     kwargs = dm.model_kwargs
     train = torch.tensor([0.5, 1.5, 2.5, 4.5])[dm.splits["train"]]
     assert kwargs == {
@@ -140,10 +156,10 @@ def test_graphs_without_node_features_and_regression_targets(tmp_path):
     assert "edge_attr" not in star and star.y.shape == (1, 1)
     batch = next(iter(dm.train_dataloader()))
     assert batch.y.shape == (2, 1) and batch.y.dtype == torch.float
-    constant = TUDataModule(root=str(tmp_path), name="TOY", num_folds=2, featureless="constant")
+    constant = tu(tmp_path, name="TOY", num_folds=2, featureless="constant", download=False)
     assert torch.equal(constant.dataset[1].x, torch.ones(4, 1))
     with pytest.raises(PipelineError, match="TOY is a graph_regression dataset"):
-        TUDataModule(root=str(tmp_path), name="TOY", task="graph_classification").prepare_data()
+        tu(tmp_path, name="TOY", task="graph_classification", download=False).prepare_data()
 
 
 @pytest.mark.parametrize(
@@ -158,29 +174,65 @@ def test_graphs_without_node_features_and_regression_targets(tmp_path):
 )
 def test_bad_tu_settings(tmp_path, kwargs, message):
     with pytest.raises(PipelineError, match=message):
-        TUDataModule(root=str(tmp_path), **kwargs)
+        tu(tmp_path, **kwargs)
 
 
 def test_missing_tu_data(tmp_path, monkeypatch):
-    from torch_geometric.datasets import TUDataset
+    import urllib.error
+    import urllib.request
 
-    with pytest.raises(PipelineError, match=r"TUDataset MUTAG raw files missing in .*MUTAG_A\.txt"):
-        TUDataModule(root=str(tmp_path / "a"), raw_root=str(tmp_path)).prepare_data()
-    with pytest.raises(PipelineError, match=r"not found in .* and data\.download=false"):
-        TUDataModule(root=str(tmp_path / "b"), download=False).prepare_data()
-    # offline or an unknown name: the download fails (pointed at a missing local folder here)
-    monkeypatch.setattr(TUDataset, "url", str(tmp_path / "no-server"))
-    with pytest.raises(PipelineError, match=r"could not download TUDataset NOPE .*data\.raw_root"):
-        TUDataModule(root=str(tmp_path / "c"), name="NOPE").prepare_data()
+    empty = tmp_path / "empty-mirror"
+    empty.mkdir()
+    home = re.escape(str(tmp_path / "a" / "raw" / "TUDataset" / "MUTAG" / "raw"))
+    with pytest.raises(
+        PipelineError,
+        match=rf"^dataset TUDataset/MUTAG: MUTAG_A\.txt, .* not found in {home}; .*DATA_MIRROR.*"
+        rf"the mirror {re.escape(str(empty))}/TUDataset/MUTAG/raw lacks 5 of them; downloads are "
+        r"off \(data\.download=false\)\)$",
+    ):
+        tu(tmp_path / "a", mirror=str(empty), download=False).prepare_data()
+    with pytest.raises(
+        PipelineError, match=r"not found in .*\(downloads are off \(data\.download=false\)\)$"
+    ):
+        tu(tmp_path / "b", download=False).prepare_data()
+
+    # offline or an unknown name: the download fails (every URL fails here: urlopen raises)
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("no network in the tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(
+        PipelineError,
+        match=r"^dataset TUDataset/NOPE: NOPE_A\.txt, NOPE_graph_indicator\.txt not found in "
+        r".*DATA_MIRROR.*could not download https://www\.chrsmrrs\.com/graphkerneldatasets/"
+        r"NOPE\.zip: no network in the tests",
+    ):
+        tu(tmp_path / "c", name="NOPE").prepare_data()
+    assert not [f for f in tmp_path.rglob("*") if f.is_file()]  # nothing half-written
+
+
+def test_unreadable_tu_files(tmp_path):
+    """Raw files that are there but are not a TUDataset: one line naming the raw folder."""
+    write_tu(tmp_path / "raw", "BAD", [[(1, 2)]])
+    (tmp_path / "raw" / "TUDataset" / "BAD" / "raw" / "BAD_A.txt").write_text("not, numbers\n")
+    home = re.escape(str(tmp_path / "raw" / "TUDataset" / "BAD" / "raw"))
+    with pytest.raises(PipelineError, match=rf"cannot read TUDataset BAD in {home} \("):
+        tu(tmp_path, name="BAD", download=False).prepare_data()
 
 
 def test_prepare_stage_writes_dataset_and_folds(tmp_path):
-    if not (TU_RAW / "MUTAG" / "raw" / "MUTAG_A.txt").exists():
-        pytest.skip(f"shared dataset missing: {TU_RAW}/MUTAG/raw")
-    common = ["data=tudataset", f"data.raw_root={TU_RAW}", f"data.root={tmp_path}"]
+    """Raw files copied from $DATA_MIRROR into data/raw/TUDataset/MUTAG/raw/, the processed
+    dataset and its folds under data/processed/tudataset/MUTAG/ (paths.data_dir in tmp)."""
+    if not (MUTAG_RAW / "MUTAG_A.txt").exists():
+        pytest.skip(f"dataset missing in the mirror: {MUTAG_RAW}")
+    data = tmp_path / "data"
+    common = ["data=tudataset", f"paths.data_dir={data}", "data.download=false"]
     assert_ok(run_module("src.prepare", *common))
-    assert (tmp_path / "MUTAG" / "processed" / "data.pt").is_file()
-    assert (tmp_path / "MUTAG" / "splits" / "stratified-10fold-seed0.json").is_file()
+    assert (data / "raw" / "TUDataset" / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()
+    dataset = data / "processed" / "tudataset" / "MUTAG"
+    assert (dataset / "processed" / "data.pt").is_file()
+    assert (dataset / "splits" / "stratified-10fold-seed0.json").is_file()
+    assert not (dataset / "raw").exists()  # raw files stay in their home
     assert_one_error_line(run_module("src.prepare", *common, "data.fold=10"), "data.fold=10 is out")
 
 
@@ -188,7 +240,7 @@ def test_prepare_stage_writes_dataset_and_folds(tmp_path):
 
 
 def test_esol_batches_follow_the_contract(esol_root):
-    dm = MoleculeNetDataModule(root=str(esol_root))
+    dm = esol(esol_root)
     assert len(dm.dataset) == 1128
     kwargs = dm.model_kwargs
     assert {k: kwargs[k] for k in ("task", "in_channels", "out_channels", "edge_channels")} == {
@@ -212,7 +264,7 @@ def test_esol_coordinates_are_3d(esol_root):
     """Bonded C, N, O atoms lie 1.2-1.6 Å apart (C-C 1.54, aromatic 1.39, C=C 1.34, C-O 1.43,
     C=O 1.21), so coordinates and atom order match; bonds to Cl, S, P, Br, I are longer (1.7 to
     2.15). And the molecules are not flat depictions: sp3 atoms put atoms out of any plane."""
-    dm = MoleculeNetDataModule(root=str(esol_root))
+    dm = esol(esol_root)
     first_row, other, thick = [], [], 0
     for i in range(len(dm.dataset)):
         data = dm.dataset.get(i)  # stored: x[:, 0] is the element
@@ -246,16 +298,14 @@ def test_conformer_falls_back_to_2d(monkeypatch):
 def test_esol_splits_are_disjoint_and_cover(esol_root, split):
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
-    dm = MoleculeNetDataModule(root=str(esol_root), split=split)
+    dm = esol(esol_root, split=split)
     splits = {k: v.tolist() for k, v in dm.splits.items()}
     assert sorted(i for k in SPLITS for i in splits[k]) == list(range(1128))
     assert [len(splits[k]) for k in SPLITS] == pytest.approx([902, 113, 113], abs=2)
     assert dm.splits_path.is_file()
     if split == "random":
-        assert torch.equal(
-            MoleculeNetDataModule(root=str(esol_root)).splits["test"], dm.splits["test"]
-        )
-        reseeded = MoleculeNetDataModule(root=str(esol_root), split_seed=1)
+        assert torch.equal(esol(esol_root).splits["test"], dm.splits["test"])
+        reseeded = esol(esol_root, split_seed=1)
         assert not torch.equal(reseeded.splits["test"], dm.splits["test"])
     else:
         scaffolds = {
@@ -268,9 +318,9 @@ def test_esol_splits_are_disjoint_and_cover(esol_root, split):
 
 
 def test_unparsable_smiles_are_skipped_and_counted(tmp_path, caplog):
-    csv = write_csv(tmp_path / "mols.csv", ["CCO", "not a molecule", "c1ccccc1", "C1CC"])
+    write_csv(tmp_path / "raw", ["CCO", "not a molecule", "c1ccccc1", "C1CC"])
     with caplog.at_level(logging.INFO, logger="src.data.molecules"):
-        dm = MoleculeNetDataModule(root=str(tmp_path / "m"), raw_file=str(csv))
+        dm = esol(tmp_path, download=False)
         assert len(dm.dataset) == 2
     assert "skipped 2 SMILES RDKit cannot parse" in caplog.text
     assert dm.dataset[1].pos.shape == (6, 3)
@@ -283,22 +333,38 @@ def test_unparsable_smiles_are_skipped_and_counted(tmp_path, caplog):
         (dict(name="Tox21"), "MoleculeNet Tox21 has several labels per molecule"),
         (dict(split="stratified"), "unknown split 'stratified'"),
         (dict(task="node"), "task 'node' is not a task of a graph-set dataset"),
-        (dict(raw_file="/nonexistent/delaney.csv"), "MoleculeNet ESOL raw file not found"),
-        (dict(download=False), "MoleculeNet ESOL not found in .* and data.download=false"),
+        (
+            dict(mirror="/nonexistent", download=False),
+            r"^dataset esol: delaney-processed\.csv not found in .*/raw/esol; .*DATA_MIRROR.*"
+            r"the mirror /nonexistent/esol lacks 1 of them",
+        ),
+        (
+            dict(download=False),
+            r"^dataset esol: delaney-processed\.csv not found in .*/raw/esol; put the files there "
+            r"\(from https://.*\), or set DATA_MIRROR .*\(downloads are off \(data\.download=false",
+        ),
     ],
 )
 def test_bad_molecule_settings(tmp_path, kwargs, message):
     with pytest.raises(PipelineError, match=message):
-        MoleculeNetDataModule(root=str(tmp_path), **kwargs).prepare_data()
+        esol(tmp_path, **kwargs).prepare_data()
 
 
 def test_bad_molecule_files(tmp_path, esol_root):
-    empty = tmp_path / "empty.csv"
-    empty.write_text("Compound ID,measured log solubility,smiles\n")
-    with pytest.raises(PipelineError, match="holds no molecules"):
-        MoleculeNetDataModule(root=str(tmp_path / "a"), raw_file=str(empty)).prepare_data()
-    junk = write_csv(tmp_path / "junk.csv", ["not a molecule", "C1CC"])
-    with pytest.raises(PipelineError, match="RDKit cannot parse any of the 2 SMILES"):
-        MoleculeNetDataModule(root=str(tmp_path / "b"), raw_file=str(junk)).prepare_data()
+    empty = write_csv(tmp_path / "a" / "raw", [])
+    with pytest.raises(PipelineError, match=rf"{re.escape(str(empty))} holds no molecules"):
+        esol(tmp_path / "a", download=False).prepare_data()
+    junk = write_csv(tmp_path / "b" / "raw", ["not a molecule", "C1CC"])
+    with pytest.raises(
+        PipelineError,
+        match=rf"RDKit cannot parse any of the 2 SMILES strings in {re.escape(str(junk))}",
+    ):
+        esol(tmp_path / "b", download=False).prepare_data()
+    foreign = write_csv(tmp_path / "c" / "raw", ["CCO"])
+    foreign.write_text("name,smiles,solubility\nethanol,CCO,high\n")  # another csv's columns
+    with pytest.raises(
+        PipelineError, match=rf"cannot read MoleculeNet ESOL from {re.escape(str(foreign))} \("
+    ):
+        esol(tmp_path / "c", download=False).prepare_data()
     with pytest.raises(PipelineError, match="ESOL is a graph_regression dataset"):
-        MoleculeNetDataModule(root=str(esol_root), task="graph_classification").prepare_data()
+        esol(esol_root, task="graph_classification").prepare_data()

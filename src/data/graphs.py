@@ -239,9 +239,7 @@ class PlanetoidDataModule(FullGraphDataModule):
                     transform=NormalizeFeatures() if hp.normalize_features else None,
                 )
         except Exception as e:  # e.g. a truncated or foreign file
-            raise PipelineError(
-                f"cannot read Planetoid {self.name} from {raw} ({reason(e)})"
-            ) from e
+            raise PipelineError(f"cannot read Planetoid {self.name} in {raw} ({reason(e)})") from e
         return dataset[0]  # the transform runs here, once
 
 
