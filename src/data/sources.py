@@ -306,9 +306,9 @@ def fetch(
             return dest
         tried.append(f"the mirror {src} lacks {len(lacking)} of them")
     if download and ds.downloads:
-        mb = sum(d.size or 0 for d in ds.downloads) / 1e6
-        log.info("downloading %s (%d file(s), %.1f MB) from %s -> %s",
-                 ds.name, len(ds.downloads), mb, ds.source, dest)  # fmt: skip
+        mb = sum(d.size or 0 for d in ds.downloads) / 1e6  # 0: sizes not pinned
+        log.info("downloading %s (%d file(s)%s) from %s -> %s", ds.name, len(ds.downloads),
+                 f", {mb:.1f} MB" if mb else "", ds.source, dest)  # fmt: skip
         try:
             _install(dest, functools.partial(_download_all, ds.downloads))
         except DownloadError as e:
@@ -321,10 +321,10 @@ def fetch(
     elif not download:
         tried.append("downloads are off (data.download=false)")
     shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    why = f" ({'; '.join(tried)})" if tried else ""
     raise PipelineError(
         f"dataset {ds.name}: {shown} not found in {dest}; put the files there (from "
-        f"{ds.source}), or set {MIRROR_ENV} to a folder holding {ds.folder}/ "
-        f"({'; '.join(tried)})"
+        f"{ds.source}), or set {MIRROR_ENV} to a folder holding {ds.folder}/{why}"
     )
 
 
