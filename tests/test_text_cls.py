@@ -421,3 +421,10 @@ def test_python_tokens_builtin(tmp_path):
     assert x.shape == y.shape and x.shape[1] <= 32
     assert (y[:, 0] == IGNORE).all() and (y[x == PAD_ID] == IGNORE).all()
     assert ((y >= 0) & (y < 6) | (y == IGNORE)).all()
+
+
+def test_trivial_targets_are_the_splits_labels(speakers):
+    """What the trivial-baseline callback reads: one label per train / val speech."""
+    train, val = speakers.trivial_targets()
+    assert (len(train), len(val)) == (len(speakers.splits["train"]), len(speakers.splits["val"]))
+    assert train.dtype == torch.long and int(train.max()) == len(speakers.label_names) - 1

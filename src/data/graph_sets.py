@@ -134,6 +134,10 @@ class GraphSetDataModule(pl.LightningDataModule):
             return y.view(-1).long()
         return y.view(len(self.dataset), -1).float()
 
+    def trivial_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training and validation graphs' targets."""
+        return self.targets[self.splits["train"]], self.targets[self.splits["val"]]
+
     @property
     def splits_path(self) -> Path:
         return self.dataset_dir / "splits" / f"{self.split_spec}.json"

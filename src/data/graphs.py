@@ -147,6 +147,12 @@ class FullGraphDataModule(pl.LightningDataModule):
             kwargs["out_channels"] = int(self.data.y.max()) + 1  # classes
         return kwargs
 
+    def trivial_targets(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The training and validation nodes' classes (node task; None for links)."""
+        if self.task != "node":
+            return None
+        return self.data.y[self.data.train_mask], self.data.y[self.data.val_mask]
+
     @property
     def splits(self) -> dict:
         """The graph each stage sees: {"train": Data, "val": Data, "test": Data}."""

@@ -558,6 +558,10 @@ class TextClsDataModule(PreparedText):
                     tag=meta["task"] == "tag",
                 )
 
+    def trivial_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training and validation labels: one per example (cls) or per token (tag)."""
+        return tuple(torch.from_numpy(self.splits[s].labels.astype(np.int64)) for s in SPLITS[:2])
+
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
         if split not in self.splits:
             raise PipelineError(f"the data has no {split} split (data.splits); run with test=false")

@@ -3,6 +3,7 @@ model selection some papers' protocols need (experiment presets swap it in)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import torch
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
+
+log = logging.getLogger(__name__)
 
 
 def token_ids(batch) -> torch.Tensor | None:
@@ -56,6 +59,56 @@ class Throughput(pl.Callback):
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.t0 = None  # restart the clock after validation
+
+
+IGNORE = -100  # the label of tokens that carry none (text_cls)
+
+
+def trivial_baseline(train: torch.Tensor, val: torch.Tensor) -> tuple[str, float]:
+    """What a model that ignores its input scores on val: for class ids (long), the accuracy of
+    always answering the training split's most common class (`val/acc_majority`, IGNORE labels
+    left out); for values (float, (N,) or (N, T)), the RMSE of always answering the training
+    mean (`val/rmse_mean`)."""
+    if train.is_floating_point():
+        return "val/rmse_mean", float((val - train.mean(0)).pow(2).mean().sqrt())
+    train, val = train[train != IGNORE], val[val != IGNORE]
+    majority = torch.bincount(train).argmax()
+    return "val/acc_majority", float((val == majority).float().mean())
+
+
+class TrivialBaseline(pl.Callback):
+    """Logs, beside val/acc or val/rmse, what a model that ignores its input would score
+    (`trivial_baseline` on the data module's `trivial_targets()`, its train and val targets), so
+    that every run shows how far it is above chance; and warns at the end of training when the
+    model is no better: val accuracy within a point of the majority class's, or val RMSE no lower
+    than the training mean's. Data without such targets (language modelling) is skipped."""
+
+    def __init__(self, margin: float = 0.01):
+        self.margin, self.baseline = margin, None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        targets = getattr(trainer.datamodule, "trivial_targets", lambda: None)()
+        self.baseline = trivial_baseline(*targets) if targets is not None else None
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if self.baseline is not None:
+            pl_module.log(*self.baseline)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self.baseline is None or not trainer.is_global_zero:
+            return
+        name, base = self.baseline
+        metric = name.rsplit("_", 1)[0]  # val/acc or val/rmse
+        if metric not in trainer.callback_metrics:
+            return
+        value = float(trainer.callback_metrics[metric])
+        if value <= base + self.margin if metric == "val/acc" else value >= base:
+            log.warning(
+                "%s %.4f is no better than %s %.4f: the model has learned nothing beyond the "
+                "targets' prior. Likely causes: the learning rate (model.optim.lr), dropout "
+                "(model.net.dropout, e.g. on one-hot inputs), too few steps (trainer.max_steps, "
+                "trainer.max_epochs)", metric, value, name, base,
+            )  # fmt: skip
 
 
 class AccuracyAndLossCheckpoint(pl.callbacks.ModelCheckpoint):
