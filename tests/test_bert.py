@@ -292,12 +292,73 @@ def test_fine_tuning_from_a_gpt_checkpoint_is_one_error_line(pretrained, tmp_pat
     assert_one_error_line(proc, "holds a src.models.gpt.GPTLitModule, not a")
 
 
-def test_fine_tuning_with_another_tokenizer_is_one_error_line(pretrained, tmp_path):
-    """Another split gives another BPE of the same size: the shapes fit, the vocabulary does not."""
-    from tests.conftest import assert_one_error_line, run_module
+def test_fine_tuning_data_is_encoded_with_the_pretrained_tokenizer(pretrained, tmp_path):
+    """Another split would train another BPE of the same size; with model.pretrained the data
+    is encoded with the encoder's own tokenizer instead. A tokenizer file given explicitly that
+    contradicts the checkpoint is one error line saying which setting to drop."""
+    from src.data.text import checkpoint_tokenizer, load_tokenizer
+    from src.utils.checkpoint import load_checkpoint
+    from tests.conftest import assert_ok, assert_one_error_line, run_module
 
     _, data, ckpt = pretrained
+    other = [f"paths.data_dir={tmp_path / 'data'}", "data.split_seed=1"]
+    run = tmp_path / "run"
+    assert_ok(run_module("src.train", "experiment=bert_finetune_speakers", *TINY, *other,
+                         "trainer.max_steps=2", "test=false", f"model.pretrained={ckpt}",
+                         f"hydra.run.dir={run}"))  # fmt: skip
+    (folder,) = (tmp_path / "data" / "processed").glob("shakespeare_speakers-cls-*")
+    used = load_tokenizer((folder / "tokenizer.json").read_text()).to_str()
+    assert (
+        used
+        == checkpoint_tokenizer(load_checkpoint(ckpt))
+        == checkpoint_tokenizer(load_checkpoint(run / "checkpoints/last.ckpt"))
+    )
+
+    assert_ok(run_module("src.prepare", "data=text_cls", *other, "data.vocab_size=300"))
+    (foreign,) = (tmp_path / "data" / "processed").glob("*-bpe300")
     proc = run_module("src.train", "experiment=bert_finetune_speakers", *TINY, *data,
-                      "data.split_seed=1", f"model.pretrained={ckpt}",
-                      f"hydra.run.dir={tmp_path / 'run'}")  # fmt: skip
-    assert_one_error_line(proc, "learnt another tokenizer than the data's")
+                      f"data.tokenizer_file={foreign / 'tokenizer.json'}",
+                      f"model.pretrained={ckpt}", f"hydra.run.dir={tmp_path / 'bad'}")  # fmt: skip
+    assert_one_error_line(
+        proc, "is not the tokenizer the pre-trained encoder", "drop data.tokenizer_file"
+    )
+
+
+def test_pretrain_on_a_text_file_then_fine_tune_on_a_csv(tmp_path, shakespeare):
+    """A user's workflow through the entry point: masked-LM pre-training on their own text file
+    (data=text, BPE 512), then fine-tuning, fully and with LoRA, on their own CSV with
+    model.pretrained: the CSV is encoded with the encoder's tokenizer, and the encoder's shape
+    (here other than model.net's defaults) comes from the checkpoint."""
+    from src.data.text import checkpoint_tokenizer
+    from src.utils.checkpoint import load_checkpoint
+    from tests.conftest import assert_ok, run_module
+
+    text = shakespeare.read_text(encoding="utf-8")[:150_000]
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if len(ln) > 10][:300]
+    rows = [f'"{ln.replace(chr(34), "")}",{"long" if len(ln) > 35 else "short"}' for ln in lines]
+    (tmp_path / "labels.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+    common = [f"paths.data_dir={tmp_path / 'data'}", "callbacks.progress_bar.refresh_rate=0",
+              "logger=csv", "trainer.max_steps=4", "trainer.limit_val_batches=2"]  # fmt: skip
+    pre = tmp_path / "pre"
+    assert_ok(run_module("src.train", "model=bert", "data=text", f"data.path={tmp_path}/corpus.txt",
+                         "data.vocab_size=512", "data.steps_per_epoch=2", "data.block_size=32",
+                         "model.net.n_layer=1", "model.net.d_model=32", "model.net.n_head=2",
+                         "test=false", *common, f"hydra.run.dir={pre}"))  # fmt: skip
+    ckpt = pre / "checkpoints" / "last.ckpt"
+    for rank in (0, 4):
+        run = tmp_path / f"fine-lora{rank}"
+        assert_ok(run_module("src.train", "model=bert_cls", "data=text_cls",
+                             f"data.path={tmp_path}/labels.csv", f"model.pretrained={ckpt}",
+                             f"model.lora.rank={rank}", "data.block_size=32", *common,
+                             f"hydra.run.dir={run}"))  # fmt: skip
+        fine = load_checkpoint(run / "checkpoints" / "last.ckpt")
+        assert fine["hyper_parameters"]["net"]["d_model"] == 32
+        assert (
+            fine["hyper_parameters"]["vocab_size"]
+            == load_checkpoint(ckpt)["hyper_parameters"]["vocab_size"]
+        )
+        assert checkpoint_tokenizer(
+            load_checkpoint(run / "checkpoints" / "last.ckpt")
+        ) == checkpoint_tokenizer(load_checkpoint(ckpt))
+        assert "test/acc" in (run / "metrics.json").read_text()

@@ -279,6 +279,13 @@ class RandomWindowSampler(Sampler[int]):
         return iter(draw[self.rank :: self.world][done * self.batch_size :].tolist())
 
 
+def checkpoint_tokenizer(ckpt: dict) -> str | None:
+    """The tokenizer (JSON) a checkpoint's text data module encoded text with, or None. Lightning
+    saves a data module's `state_dict` in the checkpoint under its class name."""
+    states = (ckpt.get(name) or {} for name in ("TextDataModule", "TextClsDataModule"))
+    return next((s["tokenizer"] for s in states if "tokenizer" in s), None)
+
+
 class PreparedText(pl.LightningDataModule):
     """A data module whose preparation wrote `processed_dir` with meta.json and tokenizer.json.
     The tokenizer travels inside every checkpoint, so a checkpoint alone can encode and decode

@@ -67,10 +67,13 @@ from src.data.text import (
     PAD_ID,
     SPLITS,
     PreparedText,
+    checkpoint_tokenizer,
+    load_tokenizer,
     load_tokenizer_file,
     stdlib_files,
     train_tokenizer,
 )
+from src.utils.checkpoint import load_checkpoint
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -388,6 +391,7 @@ class TextClsDataModule(PreparedText):
         split_seed: int = 0,
         vocab_size: int = 2048,
         tokenizer_file: str | None = None,
+        pretrained: str | None = None,
         block_size: int = 128,
         batch_size: int = 32,
         num_workers: int = 0,
@@ -412,6 +416,7 @@ class TextClsDataModule(PreparedText):
         self.processed_dir = Path(processed_dir)
         self._raw: dict[str, list[dict]] = {}
         self.splits: dict[str, LabelledSequences] = {}
+        self._given: tuple[str | None] | None = None  # cache of _given_tokenizer()
 
     # -- preparation
     def _input_file(self) -> Path:
@@ -436,14 +441,51 @@ class TextClsDataModule(PreparedText):
             s.update(input=str(f), input_sha256=fingerprint_file(f))
             if hp.path is None:
                 s.update(source=hp.source, num_classes=hp.num_classes)
-        if hp.tokenizer_file:
-            tf = Path(hp.tokenizer_file).expanduser()
-            if not tf.is_file():
-                raise PipelineError(f"data.tokenizer_file not found: {tf}")
-            s["tokenizer_sha256"] = fingerprint_file(tf)
+        given = self._given_tokenizer()
+        if given is not None:
+            s["tokenizer_sha256"] = hashlib.sha256(given.encode()).hexdigest()
         else:
             s["vocab_size"] = hp.vocab_size
         return s
+
+    def _given_tokenizer(self) -> str | None:
+        """The tokenizer (JSON) the data must be encoded with, None to train one on the train
+        texts: a pre-trained encoder's (`pretrained`, model.pretrained: a pre-trained model
+        brings its tokenizer, as in HF), or `tokenizer_file`. Both given must agree."""
+        if self._given is None:
+            hp = self.hparams
+            file = load_tokenizer_file(hp.tokenizer_file).to_str() if hp.tokenizer_file else None
+            tok = file
+            if hp.pretrained:
+                tok = checkpoint_tokenizer(load_checkpoint(hp.pretrained))
+                if tok is None:
+                    raise PipelineError(f"the checkpoint {hp.pretrained} carries no tokenizer")
+                if file is not None and file != tok:
+                    raise PipelineError(
+                        f"data.tokenizer_file={hp.tokenizer_file} is not the tokenizer the "
+                        f"pre-trained encoder in {hp.pretrained} learnt; drop data.tokenizer_file "
+                        "(model.pretrained brings its own)"
+                    )
+            self._given = (tok,)
+        return self._given[0]
+
+    def _up_to_date(self, settings: dict, fingerprint: str) -> bool:
+        """Whether `processed_dir` holds these examples, encoded as asked: the same fingerprint,
+        or the same inputs already encoded with the very tokenizer given (e.g. the one an encoder
+        was pre-trained with on this folder), which must not rebuild it."""
+        meta_path = self.processed_dir / "meta.json"
+        if not meta_path.exists():
+            return False
+        meta = json.loads(meta_path.read_text())
+        if meta.get("fingerprint") == fingerprint:
+            return True
+        given, tok_keys = self._given_tokenizer(), ("vocab_size", "tokenizer_sha256")
+        inputs = [
+            {k: v for k, v in s.items() if k not in tok_keys} for s in (meta["settings"], settings)
+        ]
+        tok_file = self.processed_dir / "tokenizer.json"
+        return (given is not None and inputs[0] == inputs[1] and tok_file.is_file()
+                and load_tokenizer(tok_file.read_text()).to_str() == given)  # fmt: skip
 
     def _examples(self) -> Examples:
         hp = self.hparams
@@ -454,18 +496,17 @@ class TextClsDataModule(PreparedText):
         return shakespeare_speakers(self._input_file().read_text(encoding="utf-8"), hp.num_classes)
 
     def _tokenizer_for(self, train_texts: list[str]):
-        hp = self.hparams
-        if not hp.tokenizer_file:
-            return train_tokenizer("bpe", train_texts, hp.vocab_size)
-        return load_tokenizer_file(hp.tokenizer_file)
+        given = self._given_tokenizer()
+        if given is None:
+            return train_tokenizer("bpe", train_texts, self.hparams.vocab_size)
+        return load_tokenizer(given)
 
     def prepare_data(self) -> None:
         """Build `processed_dir` unless it is there for the same inputs and settings."""
         hp = self.hparams
         settings = self._settings()
         fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
-        meta = self.processed_dir / "meta.json"
-        if meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fingerprint:
+        if self._up_to_date(settings, fingerprint):
             return
         where = hp.path or hp.source
         log.info("preparing labelled text (%s, task %s) -> %s", where, hp.task, self.processed_dir)

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from src.data.text import CLS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS, TextDataModule
-from src.data.text_cls import IGNORE, TextClsDataModule
+from src.data.text import CLS_ID, MASK_ID, PAD_ID, SPECIAL_TOKENS, checkpoint_tokenizer
+from src.data.text_cls import IGNORE
 from src.models.base import TransformerModule
 from src.nn.lora import add_lora, count_parameters, merge_lora
 from src.nn.transformer import TokenTransformer, TokenTransformerConfig
@@ -157,10 +157,16 @@ class BertClassifier(TransformerModule):
         self.save_hyperparameters()
         if task not in ("cls", "tag"):
             raise PipelineError(f"model.task={task!r}: choose cls (sequence) or tag (tokens)")
+        ckpt = (
+            load_checkpoint(pretrained, expected_class=class_path(BertMLM)) if pretrained else None
+        )
+        if ckpt is not None:  # the encoder's shape is the pre-trained one; dropout is ours
+            shape = ckpt.get("hyper_parameters", {}).get("net", net)
+            net = self.hparams.net = {**shape, "dropout": net.get("dropout", 0.0)}
         self.net = TokenTransformer(TokenTransformerConfig(**net, vocab_size=vocab_size), False)
         self._pretrained_tokenizer: str | None = None  # set by _load_encoder, checked in setup()
-        if pretrained:
-            self._load_encoder(pretrained)
+        if ckpt is not None:
+            self._load_encoder(pretrained, ckpt)
         d = self.net.cfg.d_model
         self.head = nn.Sequential(nn.Dropout(head_dropout), nn.Linear(d, num_classes))  # D -> C
         lora = lora or {}
@@ -177,21 +183,18 @@ class BertClassifier(TransformerModule):
             {f"{s}_{m}": make() for s in ("val", "test") for m, make in metrics.items()}
         )
 
-    def _load_encoder(self, path: str) -> None:
-        ckpt = load_checkpoint(path, expected_class=class_path(BertMLM))
+    def _load_encoder(self, path: str, ckpt: dict) -> None:
         state = {k[4:]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
         try:
             self.net.load_state_dict(state)
         except RuntimeError as e:
             reason = next(ln.strip() for ln in str(e).splitlines()[1:] if ln.strip())
             raise PipelineError(
-                f"the pre-trained encoder in {path} does not fit model.net and the data's "
-                f"tokenizer ({reason})"
+                f"the pre-trained encoder in {path} does not fit the data's tokenizer ({reason})"
             ) from None
         # the tokenizer the encoder learnt its embeddings with (in the text data module's state);
         # setup() checks that the fine-tuning data encodes text with the same one
-        states = [ckpt.get(c.__qualname__, {}) for c in (TextDataModule, TextClsDataModule)]
-        self._pretrained_tokenizer = next((s["tokenizer"] for s in states if s), None)
+        self._pretrained_tokenizer = checkpoint_tokenizer(ckpt)
         log.info("encoder initialised from %s", path)
 
     def setup(self, stage: str) -> None:
