@@ -57,3 +57,4 @@ def test_a_run_at_chance_warns_and_writes_the_baseline(tmp_path):
     assert "is no better than val/acc_majority" in log and "model.optim.lr" in log
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["val/acc"] <= metrics["val/acc_majority"] + 0.01
+    assert 0 < metrics["test/acc_majority"] < 1  # the test split's, beside test/acc

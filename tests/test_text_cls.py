@@ -425,6 +425,6 @@ def test_python_tokens_builtin(tmp_path):
 
 def test_trivial_targets_are_the_splits_labels(speakers):
     """What the trivial-baseline callback reads: one label per train / val speech."""
-    train, val = speakers.trivial_targets()
+    train, val = speakers.trivial_targets("val")
     assert (len(train), len(val)) == (len(speakers.splits["train"]), len(speakers.splits["val"]))
     assert train.dtype == torch.long and int(train.max()) == len(speakers.label_names) - 1

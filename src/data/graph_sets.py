@@ -134,9 +134,9 @@ class GraphSetDataModule(pl.LightningDataModule):
             return y.view(-1).long()
         return y.view(len(self.dataset), -1).float()
 
-    def trivial_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The training and validation graphs' targets."""
-        return self.targets[self.splits["train"]], self.targets[self.splits["val"]]
+    def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The targets of the training graphs and of `split`'s."""
+        return self.targets[self.splits["train"]], self.targets[self.splits[split]]
 
     @property
     def splits_path(self) -> Path:

@@ -147,11 +147,12 @@ class FullGraphDataModule(pl.LightningDataModule):
             kwargs["out_channels"] = int(self.data.y.max()) + 1  # classes
         return kwargs
 
-    def trivial_targets(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The training and validation nodes' classes (node task; None for links)."""
+    def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The classes of the training nodes and of `split`'s (node task; None for links)."""
         if self.task != "node":
             return None
-        return self.data.y[self.data.train_mask], self.data.y[self.data.val_mask]
+        data = self.data
+        return data.y[data.train_mask], data.y[data[f"{split}_mask"]]
 
     @property
     def splits(self) -> dict:

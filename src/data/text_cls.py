@@ -599,9 +599,14 @@ class TextClsDataModule(PreparedText):
                     tag=meta["task"] == "tag",
                 )
 
-    def trivial_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The training and validation labels: one per example (cls) or per token (tag)."""
-        return tuple(torch.from_numpy(self.splits[s].labels.astype(np.int64)) for s in SPLITS[:2])
+    def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The labels of the training examples and of `split`'s: one per example (cls) or per
+        token (tag); None when the data has no such split."""
+        if split not in self.splits:
+            return None
+        return tuple(
+            torch.from_numpy(self.splits[s].labels.astype(np.int64)) for s in ("train", split)
+        )
 
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
         if split not in self.splits:

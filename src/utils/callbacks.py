@@ -64,40 +64,48 @@ class Throughput(pl.Callback):
 IGNORE = -100  # the label of tokens that carry none (text_cls)
 
 
-def trivial_baseline(train: torch.Tensor, val: torch.Tensor) -> tuple[str, float]:
-    """What a model that ignores its input scores on val: for class ids (long), the accuracy of
-    always answering the training split's most common class (`val/acc_majority`, IGNORE labels
-    left out); for values (float, (N,) or (N, T)), the RMSE of always answering the training
-    mean (`val/rmse_mean`)."""
+def trivial_baseline(train: torch.Tensor, held_out: torch.Tensor, split: str = "val"):
+    """What a model that ignores its input scores on a held-out split: for class ids (long), the
+    accuracy of always answering the training split's most common class (`<split>/acc_majority`,
+    IGNORE labels left out); for values (float, (N,) or (N, T)), the RMSE of always answering
+    the training mean (`<split>/rmse_mean`). Returns (name, value)."""
     if train.is_floating_point():
-        return "val/rmse_mean", float((val - train.mean(0)).pow(2).mean().sqrt())
-    train, val = train[train != IGNORE], val[val != IGNORE]
+        return f"{split}/rmse_mean", float((held_out - train.mean(0)).pow(2).mean().sqrt())
+    train, held_out = train[train != IGNORE], held_out[held_out != IGNORE]
     majority = torch.bincount(train).argmax()
-    return "val/acc_majority", float((val == majority).float().mean())
+    return f"{split}/acc_majority", float((held_out == majority).float().mean())
 
 
 class TrivialBaseline(pl.Callback):
-    """Logs, beside val/acc or val/rmse, what a model that ignores its input would score
-    (`trivial_baseline` on the data module's `trivial_targets()`, its train and val targets), so
-    that every run shows how far it is above chance; and warns at the end of training when the
-    model is no better: val accuracy within a point of the majority class's, or val RMSE no lower
-    than the training mean's. Data without such targets (language modelling) is skipped."""
+    """Logs, beside val/acc or val/rmse (and the test split's), what a model that ignores its
+    input would score (`trivial_baseline` on the data module's `trivial_targets(split)`: the
+    train and that split's targets), so that every run shows how far it is above chance; and
+    warns at the end of training when the model is no better: val accuracy within a point of the
+    majority class's, or val RMSE no lower than the training mean's. Data without such targets
+    (language modelling) is skipped."""
 
     def __init__(self, margin: float = 0.01):
-        self.margin, self.baseline = margin, None
+        self.margin, self.baselines = margin, {}
 
-    def on_fit_start(self, trainer, pl_module) -> None:
-        targets = getattr(trainer.datamodule, "trivial_targets", lambda: None)()
-        self.baseline = trivial_baseline(*targets) if targets is not None else None
+    def baseline(self, trainer, split: str) -> tuple[str, float] | None:
+        if split not in self.baselines:
+            targets = getattr(trainer.datamodule, "trivial_targets", lambda split: None)(split)
+            self.baselines[split] = targets and trivial_baseline(*targets, split)
+        return self.baselines[split]
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        if self.baseline is not None:
-            pl_module.log(*self.baseline)
+        if baseline := self.baseline(trainer, "val"):
+            pl_module.log(*baseline)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        if baseline := self.baseline(trainer, "test"):
+            pl_module.log(*baseline)
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        if self.baseline is None or not trainer.is_global_zero:
+        baseline = self.baseline(trainer, "val")
+        if baseline is None or not trainer.is_global_zero:
             return
-        name, base = self.baseline
+        name, base = baseline
         metric = name.rsplit("_", 1)[0]  # val/acc or val/rmse
         if metric not in trainer.callback_metrics:
             return
