@@ -1,0 +1,155 @@
+"""The defaults matrix: every supported (model, data) pair trained with its plain defaults,
+`python -m src.train model=X data=Y` and nothing tuned, for a short fixed budget; its test
+metric printed beside the trivial baseline (what a model that ignores its input scores) and
+whether it is clearly above it.
+
+    python bench/matrix.py [--only gin/tudataset gcn/planetoid ...] [--out DIR] [--json FILE]
+
+Baselines: the training split's majority class (test/acc_majority) for classification, the
+training mean (test/rmse_mean) for regression, 0.5 ROC-AUC for links, the unigram distribution
+of the training tokens for language models (its cross-entropy) and masked LMs (its most common
+token). "Clearly above": accuracy 5 points over the majority's, RMSE under 90 % of the mean's,
+ROC-AUC over 0.6, a loss under 90 % of the unigram's. A pair that makes no sense (EGNN without
+coordinates) is listed as refused, with its one-line error. Raw data comes from data/raw (or
+$DATA_MIRROR); every run writes into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["logger=csv", "callbacks.progress_bar.refresh_rate=0"]
+
+
+@dataclass
+class Pair:
+    model: str
+    data: str
+    metric: str  # test/acc | test/rmse | test/auroc | test/loss | test/masked_acc
+    overrides: list[str] = field(default_factory=list)
+    steps: int = 300
+    name: str = ""
+    refused: bool = False  # expected to stop with one error line (it makes no sense)
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.model}/{self.data}"
+
+
+AGGRS = ("sum", "mean", "max", "min", "symmetric", "mlp")
+GNNS = ["gcn", "gat", "gin", *(f"mpnn-{a}" for a in AGGRS), "graphnet", "egnn"]
+
+
+def gnn(model: str, data: str, metric: str, *extra: str, steps: int = 300) -> Pair:
+    name, _, aggr = model.partition("-")
+    overrides = [f"model.net.aggr={aggr}"] if aggr else []
+    refused = name == "egnn" and data != "esol"  # EGNN needs node coordinates
+    return Pair(name, data, metric, [*overrides, *extra], steps, f"{model}/{data}", refused)
+
+
+PAIRS = [
+    *(gnn(m, "karate", "test/acc", steps=100) for m in GNNS),
+    *(gnn(m, "planetoid", "test/acc", steps=200) for m in GNNS),
+    gnn("gcn", "planetoid", "test/auroc", "task=link", steps=100),
+    *(gnn(m, "tudataset", "test/acc", steps=300) for m in GNNS),
+    *(gnn(m, "esol", "test/rmse", steps=300) for m in ("gcn", "gin", "graphnet", "egnn")),
+    Pair("gpt", "text", "test/loss", ["trainer.limit_val_batches=20"], 200),
+    Pair("gpt", "shakespeare", "test/loss", ["trainer.limit_val_batches=20"], 300),
+    Pair("bert", "text", "test/masked_acc", ["trainer.limit_val_batches=20"], 200),
+    Pair("bert_cls", "text_cls", "test/acc", [], 300),
+    Pair("bert_tagger", "text_tag", "test/acc", [], 200),
+]
+
+
+def run(pair: Pair, out: Path, extra: list[str] = ()) -> dict:
+    run_dir = out / pair.label.replace("/", "__")
+    cmd = [sys.executable, "-m", "src.train", f"model={pair.model}", f"data={pair.data}",
+           f"trainer.max_steps={pair.steps}", "trainer.max_epochs=-1", *QUIET, *pair.overrides,
+           *extra, f"hydra.run.dir={run_dir}"]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+        return {"refused": lines[-1] if lines else proc.stderr.strip().splitlines()[-1]}
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"value": metrics.get(pair.metric), "baseline": baseline(pair, metrics, run_dir),
+            "seconds": round(seconds, 1)}  # fmt: skip
+
+
+def baseline(pair: Pair, metrics: dict, run_dir: Path) -> float | None:
+    kind = pair.metric.split("/")[1]
+    if kind in ("acc", "rmse"):
+        return metrics.get(f"test/{kind}_{'majority' if kind == 'acc' else 'mean'}")
+    if kind == "auroc":
+        return 0.5
+    train, test = token_streams(run_dir)  # language models: the unigram distribution
+    counts = np.bincount(train, minlength=int(max(train.max(), test.max())) + 1) + 1.0
+    p = counts / counts.sum()
+    if kind == "loss":
+        return float(-np.log(p[test]).mean())
+    return float((test == counts.argmax()).mean())  # masked LM: the most common token
+
+
+def token_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    d = ROOT / cfg.data.processed_dir
+    meta = json.loads((d / "meta.json").read_text())
+    return tuple(np.fromfile(d / f"{s}.bin", dtype=meta["dtype"]) for s in ("train", "test"))
+
+
+def clearly_above(metric: str, value: float, base: float) -> bool:
+    kind = metric.split("/")[1]
+    if kind in ("acc", "masked_acc"):
+        return value > base + 0.05
+    if kind == "auroc":
+        return value > 0.6
+    return value < 0.9 * base  # rmse, loss
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--only", nargs="+", help="pair labels (model/data) to run")
+    p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/matrix")
+    p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
+    p.add_argument("overrides", nargs="*", help="more key=value for every run")
+    args = p.parse_args()
+    pairs = [q for q in PAIRS if not args.only or q.label in args.only]
+    results = {}
+    print(f"{'pair':<26} {'metric':<16} {'value':>7} {'baseline':>8}  above  seconds")
+    for pair in pairs:
+        r = results[pair.label] = run(pair, args.out.resolve(), args.overrides)
+        if "refused" in r:
+            print(f"{pair.label:<26} refused: {r['refused']}", flush=True)
+            continue
+        value, base = r["value"], r["baseline"]
+        ok = value is not None and base is not None and not math.isnan(value)
+        r["above"] = ok and clearly_above(pair.metric, value, base)
+        shown = f"{value:7.3f} {base:8.3f}" if ok else f"{value!s:>7} {base!s:>8}"
+        print(f"{pair.label:<26} {pair.metric:<16} {shown}  {'yes' if r['above'] else 'NO':<5}  "
+              f"{r['seconds']:7.1f}", flush=True)  # fmt: skip
+    ran = [r for r in results.values() if "refused" not in r]
+    summary = {"bench": "matrix", "pairs": results, "above": sum(r["above"] for r in ran),
+               "ran": len(ran), "refused": len(results) - len(ran)}  # fmt: skip
+    print(f"{summary['above']} of {summary['ran']} pairs clearly above their baseline, "
+          f"{summary['refused']} refused")  # fmt: skip
+    print(json.dumps(summary))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
