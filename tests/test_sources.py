@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from src.data import sources
 from src.data.sources import DATASETS, Download, RawDataset, fetch, lookup
 from src.utils.errors import PipelineError
 from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
@@ -57,7 +56,7 @@ def unreachable(monkeypatch):
         calls.append(getattr(request, "full_url", request))
         raise urllib.error.URLError("[Errno 101] Network is unreachable")
 
-    monkeypatch.setattr(sources.urllib.request, "urlopen", refuse)
+    monkeypatch.setattr("urllib.request.urlopen", refuse)
     return calls
 
 

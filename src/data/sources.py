@@ -25,10 +25,7 @@ import hashlib
 import logging
 import os
 import shutil
-import tarfile
 import tempfile
-import urllib.request
-import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from glob import has_magic
@@ -370,6 +367,8 @@ def _download_all(downloads: tuple[Download, ...], dst: Path) -> None:
 
 def _download(d: Download, path: Path) -> None:
     """`d.url` into `path`, streamed and hashed; its size and SHA-256 must be the pinned ones."""
+    import urllib.request  # here, not at import: every run imports this module, few download
+
     digest, size, announced = hashlib.sha256(), 0, None
     request = urllib.request.Request(d.url, headers={"User-Agent": "bishop-pipeline"})
     try:
@@ -400,6 +399,8 @@ def extract(archive: Path, dst: Path, strip: str = "") -> None:
     """Extract a .zip or .tar(.gz) into `dst`, dropping the leading folder `strip` of each member
     (members outside it are skipped). Absolute paths, `..`, links and device files are refused:
     an archive never writes outside `dst`."""
+    import zipfile
+
     members = _zip_members(archive) if zipfile.is_zipfile(archive) else _tar_members(archive)
     root = dst.resolve()
     for name, kind, open_member in members:
@@ -424,6 +425,8 @@ Member = tuple[str, str, Callable[[], BinaryIO]]  # name, kind (file/dir/link/ot
 
 
 def _zip_members(archive: Path) -> Iterator[Member]:
+    import zipfile
+
     with zipfile.ZipFile(archive) as z:
         for info in z.infolist():
             mode = info.external_attr >> 16
@@ -433,6 +436,8 @@ def _zip_members(archive: Path) -> Iterator[Member]:
 
 
 def _tar_members(archive: Path) -> Iterator[Member]:
+    import tarfile
+
     if not tarfile.is_tarfile(archive):
         raise DownloadError(f"{archive.name} is neither a zip nor a tar archive")
     with tarfile.open(archive) as tar:

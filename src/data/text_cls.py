@@ -41,6 +41,7 @@ tokenizer is trained on the same space-joined text, so `" ".join(tokens)` is wha
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -416,7 +417,6 @@ class TextClsDataModule(PreparedText):
         self.processed_dir = Path(processed_dir)
         self._raw: dict[str, list[dict]] = {}
         self.splits: dict[str, LabelledSequences] = {}
-        self._given: tuple[str | None] | None = None  # cache of _given_tokenizer()
 
     # -- preparation
     def _input_file(self) -> Path:
@@ -441,33 +441,32 @@ class TextClsDataModule(PreparedText):
             s.update(input=str(f), input_sha256=fingerprint_file(f))
             if hp.path is None:
                 s.update(source=hp.source, num_classes=hp.num_classes)
-        given = self._given_tokenizer()
+        given = self.given_tokenizer
         if given is not None:
             s["tokenizer_sha256"] = hashlib.sha256(given.encode()).hexdigest()
         else:
             s["vocab_size"] = hp.vocab_size
         return s
 
-    def _given_tokenizer(self) -> str | None:
+    @functools.cached_property
+    def given_tokenizer(self) -> str | None:
         """The tokenizer (JSON) the data must be encoded with, None to train one on the train
         texts: a pre-trained encoder's (`pretrained`, model.pretrained: a pre-trained model
         brings its tokenizer, as in HF), or `tokenizer_file`. Both given must agree."""
-        if self._given is None:
-            hp = self.hparams
-            file = load_tokenizer_file(hp.tokenizer_file).to_str() if hp.tokenizer_file else None
-            tok = file
-            if hp.pretrained:
-                tok = checkpoint_tokenizer(load_checkpoint(hp.pretrained))
-                if tok is None:
-                    raise PipelineError(f"the checkpoint {hp.pretrained} carries no tokenizer")
-                if file is not None and file != tok:
-                    raise PipelineError(
-                        f"data.tokenizer_file={hp.tokenizer_file} is not the tokenizer the "
-                        f"pre-trained encoder in {hp.pretrained} learnt; drop data.tokenizer_file "
-                        "(model.pretrained brings its own)"
-                    )
-            self._given = (tok,)
-        return self._given[0]
+        hp = self.hparams
+        file = load_tokenizer_file(hp.tokenizer_file).to_str() if hp.tokenizer_file else None
+        if not hp.pretrained:
+            return file
+        tok = checkpoint_tokenizer(load_checkpoint(hp.pretrained))
+        if tok is None:
+            raise PipelineError(f"the checkpoint {hp.pretrained} carries no tokenizer")
+        if file is not None and file != tok:
+            raise PipelineError(
+                f"data.tokenizer_file={hp.tokenizer_file} is not the tokenizer the pre-trained "
+                f"encoder in {hp.pretrained} learnt; drop data.tokenizer_file (model.pretrained "
+                "brings its own)"
+            )
+        return tok
 
     def _up_to_date(self, settings: dict, fingerprint: str) -> bool:
         """Whether `processed_dir` holds these examples, encoded as asked: the same fingerprint,
@@ -479,7 +478,7 @@ class TextClsDataModule(PreparedText):
         meta = json.loads(meta_path.read_text())
         if meta.get("fingerprint") == fingerprint:
             return True
-        given, tok_keys = self._given_tokenizer(), ("vocab_size", "tokenizer_sha256")
+        given, tok_keys = self.given_tokenizer, ("vocab_size", "tokenizer_sha256")
         inputs = [
             {k: v for k, v in s.items() if k not in tok_keys} for s in (meta["settings"], settings)
         ]
@@ -496,7 +495,7 @@ class TextClsDataModule(PreparedText):
         return shakespeare_speakers(self._input_file().read_text(encoding="utf-8"), hp.num_classes)
 
     def _tokenizer_for(self, train_texts: list[str]):
-        given = self._given_tokenizer()
+        given = self.given_tokenizer
         if given is None:
             return train_tokenizer("bpe", train_texts, self.hparams.vocab_size)
         return load_tokenizer(given)
