@@ -283,6 +283,19 @@ def test_input_dropout_draws_for_the_nonzero_features_only():
     assert not input_dropout(x, 1.0).any()
 
 
+def test_input_dropout_follows_the_task_unless_set():
+    """Unset, x is dropped at net.dropout on node tasks (the papers' bag-of-words) and not at
+    all on graph tasks (one-hot atom labels); a value given is used on either."""
+    net = {**NET, "dropout": 0.5}
+    node = NodeClassifier(F_IN, C, net, OPTIM).net
+    graph = gnn_task("graph_classification", in_channels=F_IN, out_channels=C, net=net,
+                     optim=OPTIM).net  # fmt: skip
+    assert (node.p_in, graph.p_in) == (0.5, 0.0)
+    given = {**net, "input_dropout": 0.2}
+    assert NodeClassifier(F_IN, C, given, OPTIM).net.p_in == 0.2
+    assert GraphPredictor("graph_classification", F_IN, C, given, OPTIM).net.p_in == 0.2
+
+
 def test_bad_net_settings_are_pipeline_errors():
     for bad in (dict(layer="sage"), dict(jk="max"), dict(num_layers=0)):
         with pytest.raises(PipelineError):

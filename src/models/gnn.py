@@ -62,7 +62,9 @@ class GNNConfig:
     layer: str = "gcn"  # gcn | gat | gin | mpnn | graphnet | egnn
     hidden: int = 16  # width W of the hidden embeddings (per head for GAT)
     num_layers: int = 2  # message-passing layers, the output layer included when there is one
-    dropout: float = 0.5  # on the input of every layer (and of the jk readout)
+    dropout: float = 0.5  # on the embeddings: the input of every later layer and of the readout
+    input_dropout: float | None = None  # on x, the first layer's input; None: dropout (node and
+    # link tasks), 0 on graph tasks, whose features are mostly one-hot node labels
     activation: str = "relu"  # f, after every hidden layer (not after the output layer)
     norm: str = "none"  # none | batch: BatchNorm after every hidden layer (GIN)
     residual: bool = False  # h^(l) = h^(l-1) + f(...) in layers whose widths match
@@ -128,6 +130,7 @@ class GNN(nn.Module):
             self.readout = nn.Linear(self.embedding_dim, out_channels)  # (L W or W) -> C
         self.act = activation_layer(cfg.activation)
         self.drop = nn.Dropout(cfg.dropout)
+        self.p_in = cfg.dropout if cfg.input_dropout is None else cfg.input_dropout
         for m in self.modules():  # Glorot, as Kipf & Welling and Veličković et al. initialise
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
@@ -163,7 +166,7 @@ class GNN(nn.Module):
         """x: (N, F), edge_index: (2, E), edge_attr: (E, D_e), pos: (N, S), batch: (N,) graph of
         each node -> the hidden layers' embeddings [h^(1), ..., h^(L')], each (N, W)."""
         kind = self.cfg.layer
-        h = input_dropout(x, self.cfg.dropout, self.training)
+        h = input_dropout(x, self.p_in, self.training)
         if self.input is not None:
             h = self.input(h)  # (N, W)
         if kind == "egnn" and pos is None:
@@ -206,7 +209,7 @@ class GNN(nn.Module):
             return h
         if isinstance(self.readout, nn.Linear):
             return self.readout(self.drop(h))
-        h = self.drop(h) if hs else input_dropout(h, self.cfg.dropout, self.training)
+        h = self.drop(h) if hs else input_dropout(h, self.p_in, self.training)
         return self.readout(h, edge_index)  # the output layer: (N, C)
 
 
@@ -402,6 +405,8 @@ class GraphPredictor(GNNTask):
         self.save_hyperparameters()
         cfg = GNNConfig(**net)
         _check("head", cfg.head, HEADS)
+        if cfg.input_dropout is None:  # dropping a one-hot atom label erases the atom
+            cfg.input_dropout = 0.0
         self.net = GNN(cfg, in_channels, edge_channels=edge_channels)
         p = cfg.dropout if cfg.head_dropout is None else cfg.head_dropout
         if cfg.head == "mlp":
@@ -429,10 +434,7 @@ class GraphPredictor(GNNTask):
 
     def forward(self, batch) -> Tensor:
         """A PyG Batch of B graphs -> (B, C) logits, or (B, T) predictions in the targets' units."""
-        from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
-
-        pool = {"sum": global_add_pool, "mean": global_mean_pool, "max": global_max_pool}
-        readout = pool[self.net.cfg.readout]
+        readout = POOLS[self.net.cfg.readout]
         if self.net.cfg.head == "mlp":
             h = self.net(**graph_inputs(batch))  # (N, D)
             out = self.head(readout(h, batch.batch, size=batch.num_graphs))

@@ -42,7 +42,8 @@ class MessagePassingLayer(MessagePassing):
         "max", "min" elementwise over the neighbours
         "symmetric"  z_n = Σ_m h_m / sqrt(|N(n)| |N(m)|)
         "mlp"        z_n = MLP_θ(Σ_m MLP_φ(h_m)), a learnable aggregation that can approximate
-                     any permutation-invariant function of the neighbours (Deep Sets)
+                     any permutation-invariant function of the neighbours (Deep Sets); φ and θ
+                     are D_out wide, and φ(h_m) is computed once per node, not once per edge
     A node without neighbours gets z_n = 0 (for max and min too, not ±inf).
 
     shared_weights=True is the simplified layer that counts n among its own neighbours and uses
@@ -68,12 +69,14 @@ class MessagePassingLayer(MessagePassing):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggregation, self.shared_weights = aggr, shared_weights
         self.mlp_phi = self.mlp_theta = None
+        d_z = in_channels  # the width of z_n
         if aggr == "mlp":
-            self.mlp_phi = mlp(in_channels, in_channels, in_channels)
-            self.mlp_theta = mlp(in_channels, in_channels, in_channels)
+            d_z = out_channels
+            self.mlp_phi = mlp(in_channels, d_z, d_z)
+            self.mlp_theta = mlp(d_z, d_z, d_z)
         # b lives in W_neigh; W_self adds no second bias
         self.w_self = None if shared_weights else nn.Linear(in_channels, out_channels, bias=False)
-        self.w_neigh = nn.Linear(in_channels, out_channels, bias=bias)
+        self.w_neigh = nn.Linear(d_z, out_channels, bias=bias)
         self.act = activation_layer(activation)
 
     def forward(self, h: Tensor, edge_index: Tensor) -> Tensor:
@@ -92,8 +95,11 @@ class MessagePassingLayer(MessagePassing):
         early = self.aggregation in ("sum", "mean", "symmetric") and (
             self.out_channels < self.in_channels
         )
-        x = F.linear(h, self.w_neigh.weight) if early else h
-        z = self.propagate(edge_index, x=x, norm=norm)  # (N, D_out) if early else (N, D_in)
+        if self.mlp_phi is not None:
+            x = self.mlp_phi(h)  # (N, D_out)
+        else:
+            x = F.linear(h, self.w_neigh.weight) if early else h
+        z = self.propagate(edge_index, x=x, norm=norm)  # (N, D_out) if early or mlp, else (N, D_in)
         if self.mlp_theta is not None:
             z = self.mlp_theta(z)
         if not early:
@@ -104,9 +110,7 @@ class MessagePassingLayer(MessagePassing):
             out = out + self.w_self(h)
         return self.act(out)
 
-    def message(self, x_j: Tensor, norm: Tensor | None) -> Tensor:  # (E, D_in) -> (E, D_in)
-        if self.mlp_phi is not None:
-            return self.mlp_phi(x_j)
+    def message(self, x_j: Tensor, norm: Tensor | None) -> Tensor:  # (E, D) -> (E, D)
         return x_j if norm is None else norm[:, None] * x_j
 
     def __repr__(self) -> str:  # PyG's repr would show the base aggregation, "sum", for symmetric
