@@ -37,6 +37,8 @@ def test_presets_compose(model):
     assert cfg.callbacks.model_checkpoint.mode == "min"
     assert cfg.trainer.max_steps == -1 and cfg.trainer.max_epochs > 0  # epochs, not steps
     assert cfg.test  # the best-val checkpoint is tested
+    net = cfg.model.net  # the benchmarked dropout everywhere, none of it left to by_task
+    assert (net.dropout, net.input_dropout, net.head_dropout) == (0.1, 0.1, 0.1)
     if model == "gin":
         assert cfg.model.net.edge_features  # GINE: bond features in the messages
 

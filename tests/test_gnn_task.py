@@ -31,7 +31,7 @@ from src.models.gnn import (
 )
 from src.utils.callbacks import Throughput
 from src.utils.errors import PipelineError
-from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
+from tests.conftest import MIRROR, ROOT, assert_ok, assert_one_error_line, run_module
 
 CORA_RAW = MIRROR / "planetoid" / "Cora" / "raw"  # the mirror's copy: data/raw's layout
 N, F_IN, C = 12, 6, 3
@@ -283,17 +283,26 @@ def test_input_dropout_draws_for_the_nonzero_features_only():
     assert not input_dropout(x, 1.0).any()
 
 
-def test_input_dropout_follows_the_task_unless_set():
-    """Unset, x is dropped at net.dropout on node tasks (the papers' bag-of-words) and not at
-    all on graph tasks (one-hot atom labels); a value given is used on either."""
-    net = {**NET, "dropout": 0.5}
-    node = NodeClassifier(F_IN, C, net, OPTIM).net
-    graph = gnn_task("graph_classification", in_channels=F_IN, out_channels=C, net=net,
-                     optim=OPTIM).net  # fmt: skip
-    assert (node.p_in, graph.p_in) == (0.5, 0.0)
-    given = {**net, "input_dropout": 0.2}
-    assert NodeClassifier(F_IN, C, given, OPTIM).net.p_in == 0.2
-    assert GraphPredictor("graph_classification", F_IN, C, given, OPTIM).net.p_in == 0.2
+def test_the_task_fills_in_the_dropout_left_null():
+    """model=gat: on node tasks the paper's 0.6 on x, the embeddings and the attention; on graph
+    tasks none inside the GNN and 0.5 in the readout head. A value given wins on either."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["model=gat"])
+    kw = OmegaConf.to_container(cfg.model)
+    kw.pop("_target_")
+    assert kw["net"]["dropout"] is None  # the config leaves it to the task
+    node = gnn_task("node", in_channels=F_IN, out_channels=C, **kw)
+    graph = gnn_task("graph_classification", in_channels=F_IN, out_channels=C, **kw)
+    assert (node.net.p_in, node.net.cfg.dropout, node.net.cfg.attn_dropout) == (0.6, 0.6, 0.6)
+    assert (graph.net.p_in, graph.net.cfg.dropout, graph.net.cfg.attn_dropout) == (0, 0, 0)
+    assert graph.head[0].p == 0.5
+    kw["net"]["dropout"] = 0.3
+    assert gnn_task("node", in_channels=F_IN, out_channels=C, **kw).net.p_in == 0.3  # x too
+    graph = gnn_task("graph_classification", in_channels=F_IN, out_channels=C, **kw)
+    assert (graph.net.cfg.dropout, graph.net.p_in) == (0.3, 0.0)
 
 
 def test_bad_net_settings_are_pipeline_errors():

@@ -63,8 +63,7 @@ class GNNConfig:
     hidden: int = 16  # width W of the hidden embeddings (per head for GAT)
     num_layers: int = 2  # message-passing layers, the output layer included when there is one
     dropout: float = 0.5  # on the embeddings: the input of every later layer and of the readout
-    input_dropout: float | None = None  # on x, the first layer's input; None: dropout (node and
-    # link tasks), 0 on graph tasks, whose features are mostly one-hot node labels
+    input_dropout: float | None = None  # on x, the first layer's input; None: dropout
     activation: str = "relu"  # f, after every hidden layer (not after the output layer)
     norm: str = "none"  # none | batch: BatchNorm after every hidden layer (GIN)
     residual: bool = False  # h^(l) = h^(l-1) + f(...) in layers whose widths match
@@ -405,8 +404,6 @@ class GraphPredictor(GNNTask):
         self.save_hyperparameters()
         cfg = GNNConfig(**net)
         _check("head", cfg.head, HEADS)
-        if cfg.input_dropout is None:  # dropping a one-hot atom label erases the atom
-            cfg.input_dropout = 0.0
         self.net = GNN(cfg, in_channels, edge_channels=edge_channels)
         p = cfg.dropout if cfg.head_dropout is None else cfg.head_dropout
         if cfg.head == "mlp":
@@ -471,10 +468,18 @@ TASKS = {
 }
 
 
-def gnn_task(task: str, **kwargs) -> GNNTask:
-    """The LightningModule for `task`, which the data module names (data.task or task=...)."""
+def gnn_task(task: str, by_task: dict | None = None, **kwargs) -> GNNTask:
+    """The LightningModule for `task`, which the data module names (data.task or task=...).
+
+    by_task = {"node": {"net": {...}, "optim": {...}}, "graph": {...}}: the values of the net and
+    optim settings left None (null in the config) for node and link tasks (one graph, trained
+    full-batch) and for graph tasks (datasets of small graphs), whose good recipes differ."""
     _check("task", task, tuple(TASKS))
     cls = TASKS[task]
+    family = "graph" if cls is GraphPredictor else "node"
+    for group, defaults in ((by_task or {}).get(family) or {}).items():
+        given = kwargs[group]
+        kwargs[group] = {**given, **{k: v for k, v in defaults.items() if given.get(k) is None}}
     if cls is GraphPredictor:
         return cls(task=task, **kwargs)
     kwargs.pop("edge_channels", None)  # node and link tasks read x and edge_index only
