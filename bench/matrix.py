@@ -12,6 +12,11 @@ token). "Clearly above": accuracy 5 points over the majority's, RMSE under 90 % 
 ROC-AUC over 0.6, a loss under 90 % of the unigram's. A pair that makes no sense (EGNN without
 coordinates) is listed as refused, with its one-line error. Raw data comes from data/raw (or
 $DATA_MIRROR); every run writes into --out.
+
+The last rows are a user's workflow on files of their own (written into --out/user from tiny
+Shakespeare: its first 60 % as a plain text file, and the speeches of its two most frequent
+speakers in the rest as a text,label CSV): BERT pre-trained on the text file, then fine-tuned
+on the CSV with model.pretrained, fully and with LoRA.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class Pair:
     steps: int = 300
     name: str = ""
     refused: bool = False  # expected to stop with one error line (it makes no sense)
+    after: str = ""  # the label of a pair that must run first ({runs}/<its folder> in overrides)
 
     @property
     def label(self) -> str:
@@ -57,6 +63,34 @@ def gnn(model: str, data: str, metric: str, *extra: str, steps: int = 300) -> Pa
     return Pair(name, data, metric, [*overrides, *extra], steps, f"{model}/{data}", refused)
 
 
+def folder(label: str) -> str:
+    """The run folder of a pair, under --out."""
+    return label.replace("/", "__").replace(" ", "_").replace("(", "").replace(")", "")
+
+
+# a user's own files (user_files): pre-train on the text, fine-tune on the CSV
+YOUR_TEXT = Pair(
+    "bert",
+    "text",
+    "test/masked_acc",
+    ["data.path={user}/corpus.txt", "data.vocab_size=2048", "trainer.limit_val_batches=20"],
+    300,
+    "bert/your-text",
+)
+
+
+def fine_tune(rank: int) -> Pair:
+    """bert_cls on the user's CSV from the encoder pre-trained on their text (rank > 0: LoRA)."""
+    ckpt = f"{{runs}}/{folder(YOUR_TEXT.label)}/checkpoints/last.ckpt"
+    overrides = [
+        "data.path={user}/speakers.csv",
+        f"model.pretrained={ckpt}",
+        f"model.lora.rank={rank}",
+    ]
+    name = "bert_cls/your-csv" + (f" (LoRA {rank})" if rank else "")
+    return Pair("bert_cls", "text_cls", "test/acc", overrides, 200, name, after=YOUR_TEXT.label)
+
+
 PAIRS = [
     *(gnn(m, "karate", "test/acc", steps=100) for m in GNNS),
     *(gnn(m, "planetoid", "test/acc", steps=200) for m in GNNS),
@@ -68,13 +102,36 @@ PAIRS = [
     Pair("bert", "text", "test/masked_acc", ["trainer.limit_val_batches=20"], 200),
     Pair("bert_cls", "text_cls", "test/acc", [], 300),
     Pair("bert_tagger", "text_tag", "test/acc", [], 200),
+    YOUR_TEXT,
+    fine_tune(rank=0),
+    fine_tune(rank=8),
 ]
 
 
+def user_files(user: Path, raw_dir: Path = ROOT / "data/raw") -> None:
+    """A user's own data, made from tiny Shakespeare (fetched into data/raw, or from the mirror):
+    corpus.txt, its first 60 %, and speakers.csv, the 2 most frequent speakers' speeches after."""
+    import csv
+    import os
+
+    from src.data.sources import fetch
+    from src.data.text_cls import shakespeare_speakers
+
+    raw = fetch("tinyshakespeare", raw_dir, os.environ.get("DATA_MIRROR"))
+    text = (raw / "input.txt").read_text(encoding="utf-8")
+    cut = text.index("\n\n", int(0.6 * len(text))) + 2
+    user.mkdir(parents=True, exist_ok=True)
+    (user / "corpus.txt").write_text(text[:cut], encoding="utf-8")
+    speeches = shakespeare_speakers(text[cut:], num_classes=2)
+    with open(user / "speakers.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([("text", "label"), *zip(speeches.x, speeches.y, strict=True)])
+
+
 def run(pair: Pair, out: Path, extra: list[str] = ()) -> dict:
-    run_dir = out / pair.label.replace("/", "__")
+    run_dir = out / folder(pair.label)
+    overrides = [o.format(user=out / "user", runs=out) for o in pair.overrides]
     cmd = [sys.executable, "-m", "src.train", f"model={pair.model}", f"data={pair.data}",
-           f"trainer.max_steps={pair.steps}", "trainer.max_epochs=-1", *QUIET, *pair.overrides,
+           f"trainer.max_steps={pair.steps}", "trainer.max_epochs=-1", *QUIET, *overrides,
            *extra, f"hydra.run.dir={run_dir}"]  # fmt: skip
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -126,11 +183,16 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     p.add_argument("overrides", nargs="*", help="more key=value for every run")
     args = p.parse_args()
-    pairs = [q for q in PAIRS if not args.only or q.label in args.only]
+    wanted = set(args.only or [q.label for q in PAIRS])
+    wanted |= {q.after for q in PAIRS if q.label in wanted and q.after}
+    pairs = [q for q in PAIRS if q.label in wanted]
+    out = args.out.resolve()
+    if any("{user}" in o for q in pairs for o in q.overrides):
+        user_files(out / "user")
     results = {}
     print(f"{'pair':<26} {'metric':<16} {'value':>7} {'baseline':>8}  above  seconds")
     for pair in pairs:
-        r = results[pair.label] = run(pair, args.out.resolve(), args.overrides)
+        r = results[pair.label] = run(pair, out, args.overrides)
         if "refused" in r:
             print(f"{pair.label:<26} refused: {r['refused']}", flush=True)
             continue

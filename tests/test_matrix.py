@@ -3,9 +3,11 @@ the whole matrix, every pair clearly above its trivial baseline, is `slow` (and 
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
-from bench.matrix import PAIRS, Pair, clearly_above, run
+from bench.matrix import PAIRS, Pair, clearly_above, run, user_files
 from tests.conftest import MIRROR
 
 
@@ -24,11 +26,28 @@ def test_clearly_above():
     assert clearly_above("test/loss", 2.0, 5.0) and not clearly_above("test/auroc", 0.55, 0.5)
 
 
+def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespeare):
+    user_files(tmp_path / "user", raw_dir=tmp_path / "raw")
+    corpus = (tmp_path / "user/corpus.txt").read_text(encoding="utf-8")
+    with open(tmp_path / "user/speakers.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len({r["label"] for r in rows}) == 2 and len(rows) > 100
+    assert not any(r["text"] in corpus for r in rows if len(r["text"]) > 200)  # other speeches
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    """One folder for the whole matrix: the fine-tuning pairs read the pre-training run's."""
+    out = tmp_path_factory.mktemp("matrix")
+    user_files(out / "user", raw_dir=out / "data/raw")
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.label)
-def test_every_pair_is_clearly_above_its_baseline_or_refused(tmp_path, pair):
+def test_every_pair_is_clearly_above_its_baseline_or_refused(out, pair):
     if not MIRROR.is_dir():
         pytest.skip(f"no data mirror at {MIRROR}")
-    r = run(pair, tmp_path, [f"paths.data_dir={tmp_path}/data"])
+    r = run(pair, out, [f"paths.data_dir={out}/data"])
     assert ("refused" in r) == pair.refused, r
     assert pair.refused or clearly_above(pair.metric, r["value"], r["baseline"]), r
