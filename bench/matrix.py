@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from src.utils.errors import report_errors
+
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["logger=csv", "callbacks.progress_bar.refresh_rate=0"]
 
@@ -188,7 +190,8 @@ def main() -> None:
     pairs = [q for q in PAIRS if q.label in wanted]
     out = args.out.resolve()
     if any("{user}" in o for q in pairs for o in q.overrides):
-        user_files(out / "user")
+        with report_errors():  # offline without tiny Shakespeare: one line
+            user_files(out / "user")
     results = {}
     print(f"{'pair':<26} {'metric':<16} {'value':>7} {'baseline':>8}  above  seconds")
     for pair in pairs:
