@@ -62,7 +62,9 @@ def gnn(model: str, data: str, metric: str, *extra: str, steps: int = 300) -> Pa
     name, _, aggr = model.partition("-")
     overrides = [f"model.net.aggr={aggr}"] if aggr else []
     refused = name == "egnn" and data != "esol"  # EGNN needs node coordinates
-    return Pair(name, data, metric, [*overrides, *extra], steps, f"{model}/{data}", refused)
+    task = next((o.split("=")[1] for o in extra if o.startswith("task=")), "")
+    label = f"{model}/{data}" + (f" ({task})" if task else "")  # gcn/planetoid (link)
+    return Pair(name, data, metric, [*overrides, *extra], steps, label, refused)
 
 
 def folder(label: str) -> str:

@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from bench.matrix import PAIRS, Pair, clearly_above, run, user_files
+from bench.matrix import PAIRS, Pair, clearly_above, folder, run, user_files
 from tests.conftest import MIRROR
 
 
@@ -18,6 +18,10 @@ def test_a_plain_pair_learns_and_a_senseless_one_is_refused(tmp_path):
     assert learns["value"] > learns["baseline"] + 0.05, learns
     refused = run(Pair("egnn", "karate", "test/acc", steps=5), tmp_path)
     assert refused == {"refused": "error: egnn needs node positions (data.pos), e.g. data=esol"}
+
+
+def test_every_pair_has_its_own_label_and_folder():
+    assert len({folder(p.label) for p in PAIRS}) == len(PAIRS)
 
 
 def test_clearly_above():
