@@ -95,9 +95,3 @@ FAST = [
     "model.generation.max_new_tokens=20",
     "callbacks.progress_bar.refresh_rate=0",
 ]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest file (a few `dvc repro`s) first: on parallel workers it would otherwise
-    often start last and finish alone."""
-    items.sort(key=lambda item: item.path.name != "test_dvc.py")
