@@ -83,7 +83,7 @@ def main() -> None:
         help="which BERT rows to train (scratch does not depend on --pretrained)",
     )
     p.add_argument("--lora-rank", type=int, default=8)
-    p.add_argument("--lora-lr", type=float, default=1e-3)
+    p.add_argument("--lora-lr", type=float, default=1e-3, help="model.lora.lr")
     p.add_argument("--data-dir", type=Path, help="paths.data_dir (default: <out>/data)")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/bert_speakers")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
@@ -103,8 +103,7 @@ def main() -> None:
     variants = {
         "scratch": [],
         "finetune": encoder,
-        # the adapters start at zero and are few: they need a larger step than full fine-tuning
-        "lora": [*encoder, f"model.lora.rank={args.lora_rank}", f"model.optim.lr={args.lora_lr}"],
+        "lora": [*encoder, f"model.lora.rank={args.lora_rank}", f"model.lora.lr={args.lora_lr}"],
     }
     for name in args.variants:
         preset = ["experiment=bert_finetune_speakers", *data, *variants[name]]

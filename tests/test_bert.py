@@ -185,6 +185,13 @@ def test_lora_trains_only_adapters_and_head_and_merges_exactly():
         assert torch.allclose(merged(batch["input_ids"]), before, atol=1e-5)
 
 
+def test_lora_trains_at_its_own_learning_rate():
+    opt = classifier(lora={**LORA, "lr": 3e-3}).configure_optimizers()["optimizer"]
+    assert opt.defaults["lr"] == 3e-3
+    assert classifier(lora={**LORA, "lr": None}).hparams.optim["lr"] == OPTIM["lr"]
+    assert classifier(lora={**LORA, "rank": 0, "lr": 3e-3}).hparams.optim["lr"] == OPTIM["lr"]
+
+
 def test_lora_at_initialisation_equals_the_base_model():
     base = classifier()
     torch.manual_seed(0)  # the same W_0 and head: the adapters are drawn after them

@@ -175,6 +175,8 @@ class BertClassifier(TransformerModule):
             self.net.requires_grad_(False)
             add_lora(self.net.transformer, lora["targets"], lora["rank"], lora["alpha"],
                      lora.get("dropout", 0.0))  # fmt: skip
+            if lora.get("lr"):
+                self.hparams.optim = {**optim, "lr": lora["lr"]}
         metrics = {
             "acc": lambda: MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE),
             "f1": lambda: MulticlassF1Score(num_classes, average="macro", ignore_index=IGNORE),
