@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from src.models.generation import GenerationConfig, filter_logits, generate
+from src.models.generation import CachedDecoder, GenerationConfig, filter_logits, generate
 
 
 class TrigramLM:
@@ -303,3 +303,55 @@ def test_invalid_arguments_raise():
         generate(counting_model(), torch.tensor([0, 1]), GenerationConfig())
     with pytest.raises(ValueError, match="prompt"):
         generate(counting_model(), torch.zeros(2, 0, dtype=torch.long), GenerationConfig())
+
+
+# 7. the key/value cache: the same logits and outputs as re-running the prefix
+
+
+def tiny_gpt(**kw):
+    from src.models.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    cfg = dict(n_layer=2, n_head=2, d_model=16, vocab_size=9, block_size=12, dropout=0.0)
+    return GPT(GPTConfig(**{**cfg, **kw})).double().eval()
+
+
+@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "sinusoidal"}, {"naive_attention": True}])
+def test_cached_logits_equal_the_uncached_ones_step_by_step(kw):
+    gpt = tiny_gpt(**kw)
+    cached, ids = CachedDecoder(gpt), torch.randint(0, 9, (3, 4))
+    with torch.no_grad():
+        for _ in range(14):  # past block_size 12: the cropped window, re-run
+            torch.testing.assert_close(cached(ids), gpt.next_token_logits(ids))
+            ids = torch.cat([ids, torch.randint(0, 9, (3, 1))], dim=1)
+    assert cached.cache.length == 12
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+@pytest.mark.parametrize("eos_id", [None, 3])
+def test_cached_decoding_gives_the_uncached_tokens(strategy, eos_id):
+    gpt = tiny_gpt(vocab_size=5)  # few tokens: eos is often chosen, so beams finish early
+    prompt = torch.randint(0, 5, (3, 2))
+    cfg = GenerationConfig(strategy=strategy, max_new_tokens=9, beam_width=3, eos_id=eos_id)
+    assert torch.equal(
+        generate(CachedDecoder(gpt), prompt, cfg), generate(gpt.next_token_logits, prompt, cfg)
+    )
+
+
+def test_cached_cross_attention_decoder_equals_the_full_pass():
+    """A decoder stack with cross-attention fed one position at a time, its K, V cached, gives
+    the outputs of the causal pass over the whole sequence (the encoder output Z padded)."""
+    from src.nn.transformer import DecodingCache, Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    stack = Transformer(TransformerConfig(n_layer=2, n_head=2, d_model=16), cross_attention=True)
+    stack = stack.double().eval()
+    x, z = torch.randn(2, 7, 16).double(), torch.randn(2, 5, 16).double()
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])  # (B, T_enc)
+    enc = dict(context=z, context_padding_mask=pad, causal=True)
+    cache = DecodingCache(2)
+    with torch.no_grad():
+        full = stack(x, **enc)
+        steps = [stack(x[:, t : t + 1], cache, **enc) for t in range(7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    assert cache.length == 7 and cache.layers[0][1].k.shape == (2, 2, 5, 8)

@@ -12,7 +12,8 @@ for picking tokens. The chapter's options, all here:
   the long tail of unlikely tokens cannot derail the text.
 
 Everything talks to the model through `next_token_logits`, so any causal LM fits; cropping the
-context to the model's window is the caller's job.
+context to the model's window is the caller's job. A `CachedDecoder` is such a function with a
+key/value cache: each step then runs the model on one new token instead of the whole prefix.
 """
 
 from collections.abc import Callable
@@ -23,9 +24,44 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+from src.nn.transformer import DecodingCache, TokenTransformer
+
 STRATEGIES = ("greedy", "sample", "beam")
 
 NextTokenLogits = Callable[[Tensor], Tensor]  # ids (B, T) long -> logits (B, V) for the next token
+
+
+class CachedDecoder:
+    """next_token_logits of a causal token Transformer, with a key/value cache.
+
+    generate() passes the whole sequence so far, ids (B, T), at every step; the decoder runs the
+    model only on the positions its cache lacks (the prompt on the first call, then the one new
+    token), at O(T) per token instead of O(T^2). A sequence no longer than the cache starts a new
+    generation. Past block_size the positions of a cropped window shift at every step, so there
+    it re-runs the last block_size tokens, as the uncached path does.
+    """
+
+    def __init__(self, net: TokenTransformer):
+        self.net = net
+        self.cache = DecodingCache(net.cfg.n_layer)
+
+    def __call__(self, ids: Tensor) -> Tensor:  # (B, T) -> (B, V)
+        window = self.net.cfg.block_size
+        if ids.size(1) > window:
+            return self.net(ids[:, -window:], last_only=True)[:, -1]
+        if ids.size(1) <= self.cache.length:
+            self.cache = DecodingCache(self.net.cfg.n_layer)
+        new = ids[:, self.cache.length :]  # (B, T - cached)
+        return self.net(new, last_only=True, cache=self.cache)[:, -1]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the cached rows `index`: beam search continues from these hypotheses."""
+        self.cache.reorder(index)
+
+
+def _reorder(next_token_logits: NextTokenLogits, index: Tensor) -> None:
+    if isinstance(next_token_logits, CachedDecoder):
+        next_token_logits.reorder(index)
 
 
 @dataclass
@@ -164,11 +200,14 @@ def _beam_search(
         candidates = (scores[:, None] + logp).flatten()  # (W * V,) every one-token extension
         k = min(cfg.beam_width - len(finished), candidates.numel())
         scores, flat = candidates.topk(k)  # (k,)
-        beams = torch.cat([beams[flat // vocab], (flat % vocab)[:, None]], dim=1)  # (k, T + 1)
+        parents = flat // vocab
+        beams = torch.cat([beams[parents], (flat % vocab)[:, None]], dim=1)  # (k, T + 1)
+        _reorder(next_token_logits, parents)
         if cfg.eos_id is not None:
             ended = beams[:, -1] == cfg.eos_id  # (k,)
             finish(scores[ended], beams[ended])
             beams, scores = beams[~ended], scores[~ended]
+            _reorder(next_token_logits, ~ended)
             if len(beams) == 0:
                 break
     finish(scores, beams)

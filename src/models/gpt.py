@@ -14,7 +14,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from src.models.base import TransformerModule
-from src.models.generation import GenerationConfig, generate
+from src.models.generation import CachedDecoder, GenerationConfig, generate
 from src.nn.transformer import TokenTransformer, TokenTransformerConfig
 
 GPTConfig = TokenTransformerConfig  # GPT's hyper-parameters are the token Transformer's
@@ -92,6 +92,10 @@ class GPTLitModule(TransformerModule):
     def on_test_epoch_end(self) -> None:
         self._log_eval("test", self.test_loss)
 
-    def generate(self, prompt: Tensor, cfg: GenerationConfig | None = None, **kw) -> Tensor:
-        """prompt: (B, T0) -> (B, T0 + n); see src.models.generation for the strategies."""
-        return generate(self.net.next_token_logits, prompt, cfg or self.generation, **kw)
+    def generate(
+        self, prompt: Tensor, cfg: GenerationConfig | None = None, cache: bool = True, **kw
+    ) -> Tensor:
+        """prompt: (B, T0) -> (B, T0 + n); see src.models.generation for the strategies.
+        cache=False re-runs the whole window for every token (the reference path)."""
+        step = CachedDecoder(self.net) if cache else self.net.next_token_logits
+        return generate(step, prompt, cfg or self.generation, **kw)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,24 @@ def naive_attention(
     return weights @ v, weights
 
 
+@dataclass
+class KVCache:
+    """The keys and values one attention layer has computed so far, for incremental decoding.
+
+    Self-attention appends the new positions' K, V at each step, so a step attends over the
+    cache instead of re-running the whole prefix; cross-attention computes K, V of the encoder
+    output Z on its first step and reuses them for every later token.
+    """
+
+    k: Tensor | None = None  # (B, H, T_k, D_k)
+    v: Tensor | None = None  # (B, H, T_k, D_k)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the rows `index` (B',): beam search continues from these hypotheses."""
+        if self.k is not None:
+            self.k, self.v = self.k[index], self.v[index]
+
+
 class MultiHeadAttention(nn.Module):
     """H heads of scaled dot-product attention with learnable W_q, W_k, W_v and output W_o.
 
@@ -97,12 +116,23 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         key_padding_mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, T_q, D); context: (B, T_k, D) or None -> (B, T_q, D), weights (B, H, T_q, T_k)."""
-        kv = x if context is None else context
+        """x: (B, T_q, D); context: (B, T_k, D) or None -> (B, T_q, D), weights (B, H, T_q, T_k).
+
+        With a cache, x holds only the positions after those cached (causal self-attention),
+        and the context's K, V are computed once (cross-attention)."""
         q = self._split_heads(self.w_q(x))
-        k = self._split_heads(self.w_k(kv))
-        v = self._split_heads(self.w_v(kv))
+        if cache is not None and context is not None and cache.k is not None:
+            k, v = cache.k, cache.v  # the encoder output does not change while decoding
+        else:
+            kv = x if context is None else context
+            k, v = self._split_heads(self.w_k(kv)), self._split_heads(self.w_v(kv))
+            if cache is not None:
+                if context is None and cache.k is not None:
+                    k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
+                cache.k, cache.v = k, v
+        causal = causal and q.size(2) > 1  # one query, the last position, sees every key
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         naive = self.naive or need_weights or self.record  # the reference path returns weights

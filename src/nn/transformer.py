@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from src.nn.activations import activation_layer
-from src.nn.attention import MultiHeadAttention
+from src.nn.attention import KVCache, MultiHeadAttention
 from src.nn.positional import positional_encoding
 
 
@@ -79,13 +79,18 @@ class TransformerLayer(nn.Module):
         key_padding_mask: Tensor | None = None,
         context: Tensor | None = None,
         context_padding_mask: Tensor | None = None,
+        cache: tuple[KVCache, KVCache] | None = None,
     ) -> Tensor:
-        """x: (B, T, D) -> (B, T, D); context: (B, T_enc, D) for cross-attention."""
+        """x: (B, T, D) -> (B, T, D); context: (B, T_enc, D) for cross-attention; cache: the
+        (self, cross) attention caches of incremental decoding."""
+        self_cache, cross_cache = cache or (None, None)
         x = self._residual(
             x,
             self.norm1,
             lambda h: self.dropout(
-                self.self_attn(h, causal=causal, key_padding_mask=key_padding_mask)[0]
+                self.self_attn(
+                    h, causal=causal, key_padding_mask=key_padding_mask, cache=self_cache
+                )[0]
             ),
         )
         if self.cross_attn is not None:
@@ -93,10 +98,31 @@ class TransformerLayer(nn.Module):
                 x,
                 self.norm_cross,
                 lambda h: self.dropout(
-                    self.cross_attn(h, context, key_padding_mask=context_padding_mask)[0]
+                    self.cross_attn(
+                        h, context, key_padding_mask=context_padding_mask, cache=cross_cache
+                    )[0]
                 ),
             )
         return self._residual(x, self.norm2, self.mlp)
+
+
+class DecodingCache:
+    """The KV caches of every layer of a stack, for incremental decoding: each step feeds only
+    the new token, at position `length`."""
+
+    def __init__(self, n_layer: int):
+        self.layers = [(KVCache(), KVCache()) for _ in range(n_layer)]  # (self, cross) per layer
+
+    @property
+    def length(self) -> int:  # positions cached
+        k = self.layers[0][0].k
+        return 0 if k is None else k.size(2)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the rows `index` of every cache (beam search's surviving hypotheses)."""
+        for self_cache, cross_cache in self.layers:
+            self_cache.reorder(index)
+            cross_cache.reorder(index)
 
 
 class Transformer(nn.Module):
@@ -113,9 +139,10 @@ class Transformer(nn.Module):
         )
         self.norm = nn.LayerNorm(cfg.d_model, bias=cfg.bias) if cfg.norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, **kwargs) -> Tensor:  # (B, T, D) -> (B, T, D)
-        for layer in self.layers:
-            x = layer(x, **kwargs)
+    def forward(self, x: Tensor, cache: DecodingCache | None = None, **kwargs) -> Tensor:
+        """(B, T, D) -> (B, T, D); with a cache, x is the positions after those cached."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cache=cache.layers[i] if cache is not None else None, **kwargs)
         return self.norm(x)
 
 
@@ -159,26 +186,38 @@ class TokenTransformer(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def hidden(self, idx: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """idx: (B, T) token ids, T <= block_size; key_padding_mask: (B, T), True at padding
-        -> the last layer's outputs (B, T, D)."""
-        t = idx.size(1)
-        if t > self.cfg.block_size:
-            raise ValueError(f"sequence of {t} tokens exceeds block_size {self.cfg.block_size}")
+    def hidden(
+        self,
+        idx: Tensor,
+        key_padding_mask: Tensor | None = None,
+        cache: DecodingCache | None = None,
+    ) -> Tensor:
+        """idx: (B, T) token ids; key_padding_mask: (B, T), True at padding; cache: the keys and
+        values of the positions before idx -> the last layer's outputs (B, T, D)."""
+        start = cache.length if cache is not None else 0
+        end = start + idx.size(1)
+        if end > self.cfg.block_size:
+            raise ValueError(f"sequence of {end} tokens exceeds block_size {self.cfg.block_size}")
         x = self.tok_emb(idx)  # (B, T, D)
         if self.cfg.pos_encoding == "sinusoidal":
             # the fixed encoding has unit amplitude while the embeddings start at std 0.02:
             # scaled by sqrt(D) (Vaswani et al.) the tokens are not drowned by their positions
             x = x * math.sqrt(self.cfg.d_model)
         if self.pos_enc is not None:
-            x = x + self.pos_enc(torch.arange(t, device=idx.device))
-        return self.transformer(self.drop(x), causal=self.causal, key_padding_mask=key_padding_mask)
+            x = x + self.pos_enc(torch.arange(start, end, device=idx.device))
+        return self.transformer(
+            self.drop(x), cache, causal=self.causal, key_padding_mask=key_padding_mask
+        )
 
     def forward(
-        self, idx: Tensor, key_padding_mask: Tensor | None = None, last_only: bool = False
+        self,
+        idx: Tensor,
+        key_padding_mask: Tensor | None = None,
+        last_only: bool = False,
+        cache: DecodingCache | None = None,
     ) -> Tensor:
         """(B, T) -> logits (B, T, K), or (B, 1, K) if last_only."""
-        x = self.hidden(idx, key_padding_mask)
+        x = self.hidden(idx, key_padding_mask, cache)
         if last_only:  # generation needs only the next token: skip T-1 rows of the K-way head
             x = x[:, -1:]
         return self.lm_head(x)
