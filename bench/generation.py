@@ -18,6 +18,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from statistics import fmean
 
 import torch
 
@@ -45,9 +46,8 @@ def decode(gpt: GPT, prompt: torch.Tensor, tokens: int, cached: bool) -> tuple[t
     seconds = time.perf_counter() - t0
     ms = [1e3 * (b - a) for a, b in zip([t0, *step.ends], step.ends, strict=False)]
     first, last = ms[1:101], ms[-100:]  # ms[0] is the prompt's own pass
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     return out, {"tokens_per_sec": tokens / seconds, "seconds": seconds,
-                 "ms_first_100": mean(first), "ms_last_100": mean(last)}  # fmt: skip
+                 "ms_first_100": fmean(first), "ms_last_100": fmean(last)}  # fmt: skip
 
 
 def main() -> None:
