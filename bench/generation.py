@@ -4,8 +4,8 @@
 
 Without the cache every new token re-runs the whole prefix through the model, as nanoGPT's
 sampler does: a step costs O(T) positions through the MLPs and O(T^2) attention scores. With it
-(src.models.generation.CachedDecoder) a step runs one position and attends over the T cached keys.
-The model is the main job's GPT (4 layers, D = 128, H = 4, K = 4096) with a window of
+(src.models.generation.TokenDecoder) a step runs one position and attends over the T cached
+keys. The model is the main job's GPT (4 layers, D = 128, H = 4, K = 4096) with a window of
 prefix + tokens positions and random weights: speed does not depend on what the weights learnt.
 For each prompt length the bench generates --tokens tokens both ways, prints tokens/s, the
 speed-up, the cached path's time per token over the first and the last 100 tokens (how it grows
@@ -22,7 +22,7 @@ from statistics import fmean
 
 import torch
 
-from src.models.generation import CachedDecoder, GenerationConfig, generate
+from src.models.generation import GenerationConfig, TokenDecoder, generate
 from src.models.gpt import GPT, GPTConfig
 
 
@@ -39,7 +39,7 @@ class Timed:
 
 
 def decode(gpt: GPT, prompt: torch.Tensor, tokens: int, cached: bool) -> tuple[torch.Tensor, dict]:
-    step = Timed(CachedDecoder(gpt) if cached else gpt.next_token_logits)
+    step = Timed(TokenDecoder(gpt, cache=cached))
     cfg = GenerationConfig(strategy="greedy", max_new_tokens=tokens)
     t0 = time.perf_counter()
     out = generate(step, prompt, cfg)

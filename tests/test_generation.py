@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from src.models.generation import CachedDecoder, GenerationConfig, filter_logits, generate
+from src.models.generation import GenerationConfig, TokenDecoder, filter_logits, generate
 
 
 class TrigramLM:
@@ -319,7 +319,7 @@ def tiny_gpt(**kw):
 @pytest.mark.parametrize("kw", [{}, {"pos_encoding": "sinusoidal"}, {"naive_attention": True}])
 def test_cached_logits_equal_the_uncached_ones_step_by_step(kw):
     gpt = tiny_gpt(**kw)
-    cached, ids = CachedDecoder(gpt), torch.randint(0, 9, (3, 4))
+    cached, ids = TokenDecoder(gpt), torch.randint(0, 9, (3, 4))
     with torch.no_grad():
         for _ in range(14):  # past block_size 12: the cropped window, re-run
             torch.testing.assert_close(cached(ids), gpt.next_token_logits(ids))
@@ -334,7 +334,7 @@ def test_cached_decoding_gives_the_uncached_tokens(strategy, eos_id):
     prompt = torch.randint(0, 5, (3, 2))
     cfg = GenerationConfig(strategy=strategy, max_new_tokens=9, beam_width=3, eos_id=eos_id)
     assert torch.equal(
-        generate(CachedDecoder(gpt), prompt, cfg), generate(gpt.next_token_logits, prompt, cfg)
+        generate(TokenDecoder(gpt), prompt, cfg), generate(gpt.next_token_logits, prompt, cfg)
     )
 
 

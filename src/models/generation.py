@@ -12,9 +12,12 @@ for picking tokens. The chapter's options, all here:
   the long tail of unlikely tokens cannot derail the text.
 
 Everything talks to the model through `next_token_logits`, so any causal LM fits; cropping the
-context to the model's window is the caller's job. A `CachedDecoder` is such a function with a
-key/value cache: each step then runs the model on one new token instead of the whole prefix.
+context to the model's window is the caller's job. A `TokenDecoder` is such a function for a
+Transformer, with a key/value cache (each step runs the model on one new token instead of the
+whole prefix) and the encoder output of a translation model.
 """
+
+from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,37 +34,47 @@ STRATEGIES = ("greedy", "sample", "beam")
 NextTokenLogits = Callable[[Tensor], Tensor]  # ids (B, T) long -> logits (B, V) for the next token
 
 
-class CachedDecoder:
-    """next_token_logits of a causal token Transformer, with a key/value cache.
+class TokenDecoder:
+    """next_token_logits of a causal token Transformer: GPT, or a translation decoder that
+    attends to its encoder's output Z (`context` (B, S, D), padding `context_padding_mask`).
 
-    generate() passes the whole sequence so far, ids (B, T), at every step; the decoder runs the
-    model only on the positions its cache lacks (the prompt on the first call, then the one new
-    token), at O(T) per token instead of O(T^2). A sequence no longer than the cache starts a new
-    generation. Past block_size the positions of a cropped window shift at every step, so there
-    it re-runs the last block_size tokens, as the uncached path does.
+    generate() passes the whole sequence so far, ids (B, T), at every step. With the key/value
+    cache (`cache=True`) the decoder runs the model only on the positions the cache lacks (the
+    prompt on the first call, then the one new token), at O(T) per token instead of O(T^2); a
+    sequence no longer than the cache starts a new generation. Past block_size the positions of
+    a cropped window shift at every step, so there it re-runs the last block_size tokens, as the
+    uncached path always does.
     """
 
-    def __init__(self, net: TokenTransformer):
-        self.net = net
+    def __init__(
+        self,
+        net: TokenTransformer,
+        context: Tensor | None = None,
+        context_padding_mask: Tensor | None = None,
+        cache: bool = True,
+    ):
+        self.net, self.use_cache = net, cache
+        self.context = {"context": context, "context_padding_mask": context_padding_mask}
         self.cache = DecodingCache(net.cfg.n_layer)
 
     def __call__(self, ids: Tensor) -> Tensor:  # (B, T) -> (B, V)
         window = self.net.cfg.block_size
-        if ids.size(1) > window:
-            return self.net(ids[:, -window:], last_only=True)[:, -1]
+        if not self.use_cache or ids.size(1) > window:
+            return self.net(ids[:, -window:], last_only=True, **self.context)[:, -1]
         if ids.size(1) <= self.cache.length:
             self.cache = DecodingCache(self.net.cfg.n_layer)
         new = ids[:, self.cache.length :]  # (B, T - cached)
-        return self.net(new, last_only=True, cache=self.cache)[:, -1]
+        return self.net(new, last_only=True, cache=self.cache, **self.context)[:, -1]
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the cached rows `index`: beam search continues from these hypotheses."""
+        """Keep the rows `index`: beam search continues from these hypotheses."""
         self.cache.reorder(index)
+        self.context = {k: v if v is None else v[index] for k, v in self.context.items()}
 
-
-def _reorder(next_token_logits: NextTokenLogits, index: Tensor) -> None:
-    if isinstance(next_token_logits, CachedDecoder):
-        next_token_logits.reorder(index)
+    def row(self, i: int) -> TokenDecoder:
+        """A decoder for row i alone (beam search runs one source at a time), cache empty."""
+        context = {k: v if v is None else v[i : i + 1] for k, v in self.context.items()}
+        return TokenDecoder(self.net, **context, cache=self.use_cache)
 
 
 @dataclass
@@ -144,10 +157,24 @@ def generate(
         return prompt
     if cfg.strategy == "beam":
         # hypotheses of different rows cannot share a beam, so search each row on its own
-        rows = [_beam_search(next_token_logits, row[None], cfg) for row in prompt]
+        rows = [_beam_search(_row(next_token_logits, i), row[None], cfg)
+                for i, row in enumerate(prompt)]  # fmt: skip
         pad = cfg.eos_id if cfg.eos_id is not None else 0  # rows only differ in length via eos
         return pad_sequence(rows, batch_first=True, padding_value=pad)
     return _greedy_or_sample(next_token_logits, prompt, cfg, generator)
+
+
+def _row(next_token_logits: NextTokenLogits, i: int) -> NextTokenLogits:
+    return (
+        next_token_logits.row(i)
+        if isinstance(next_token_logits, TokenDecoder)
+        else next_token_logits
+    )
+
+
+def _reorder(next_token_logits: NextTokenLogits, index: Tensor) -> None:
+    if isinstance(next_token_logits, TokenDecoder):
+        next_token_logits.reorder(index)
 
 
 def _greedy_or_sample(

@@ -14,7 +14,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from src.models.base import TransformerModule
-from src.models.generation import CachedDecoder, GenerationConfig, generate
+from src.models.generation import GenerationConfig, TokenDecoder, generate
 from src.nn.transformer import TokenTransformer, TokenTransformerConfig
 
 GPTConfig = TokenTransformerConfig  # GPT's hyper-parameters are the token Transformer's
@@ -97,5 +97,4 @@ class GPTLitModule(TransformerModule):
     ) -> Tensor:
         """prompt: (B, T0) -> (B, T0 + n); see src.models.generation for the strategies.
         cache=False re-runs the whole window for every token (the reference path)."""
-        step = CachedDecoder(self.net) if cache else self.net.next_token_logits
-        return generate(step, prompt, cfg or self.generation, **kw)
+        return generate(TokenDecoder(self.net, cache=cache), prompt, cfg or self.generation, **kw)

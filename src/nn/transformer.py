@@ -158,9 +158,10 @@ class TokenTransformerConfig(TransformerConfig):
 class TokenTransformer(nn.Module):
     """Token ids -> embeddings + positional encodings -> L layers -> a linear head over the K
     tokens of the vocabulary. Causal, it is GPT's decoder (sec. 12.3.2); bidirectional with
-    padding masks, BERT's encoder (sec. 12.3.3)."""
+    padding masks, BERT's encoder (sec. 12.3.3); causal with cross-attention to an encoder's
+    output, the translation decoder (sec. 12.3.5)."""
 
-    def __init__(self, cfg: TokenTransformerConfig, causal: bool):
+    def __init__(self, cfg: TokenTransformerConfig, causal: bool, cross_attention: bool = False):
         super().__init__()
         self.cfg, self.causal = cfg, causal
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
@@ -168,7 +169,7 @@ class TokenTransformer(nn.Module):
             cfg.pos_encoding, cfg.d_model, cfg.block_size, cfg.pos_base
         )
         self.drop = nn.Dropout(cfg.dropout)
-        self.transformer = Transformer(cfg)
+        self.transformer = Transformer(cfg, cross_attention)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # fewer parameters, better perplexity
@@ -191,9 +192,12 @@ class TokenTransformer(nn.Module):
         idx: Tensor,
         key_padding_mask: Tensor | None = None,
         cache: DecodingCache | None = None,
+        **context: Tensor | None,
     ) -> Tensor:
         """idx: (B, T) token ids; key_padding_mask: (B, T), True at padding; cache: the keys and
-        values of the positions before idx -> the last layer's outputs (B, T, D)."""
+        values of the positions before idx; context, context_padding_mask: the encoder output Z
+        (B, S, D) that cross-attention reads, and its padding (B, S) -> the last layer's outputs
+        (B, T, D)."""
         start = cache.length if cache is not None else 0
         end = start + idx.size(1)
         if end > self.cfg.block_size:
@@ -206,7 +210,7 @@ class TokenTransformer(nn.Module):
         if self.pos_enc is not None:
             x = x + self.pos_enc(torch.arange(start, end, device=idx.device))
         return self.transformer(
-            self.drop(x), cache, causal=self.causal, key_padding_mask=key_padding_mask
+            self.drop(x), cache, causal=self.causal, key_padding_mask=key_padding_mask, **context
         )
 
     def forward(
@@ -215,9 +219,10 @@ class TokenTransformer(nn.Module):
         key_padding_mask: Tensor | None = None,
         last_only: bool = False,
         cache: DecodingCache | None = None,
+        **context: Tensor | None,
     ) -> Tensor:
         """(B, T) -> logits (B, T, K), or (B, 1, K) if last_only."""
-        x = self.hidden(idx, key_padding_mask, cache)
+        x = self.hidden(idx, key_padding_mask, cache, **context)
         if last_only:  # generation needs only the next token: skip T-1 rows of the K-way head
             x = x[:, -1:]
         return self.lm_head(x)

@@ -1,0 +1,170 @@
+"""Translation (sec. 12.3.5): reading and splitting sentence pairs, the batches, the
+encoder-decoder's masks, cached decoding, the scores, and a run through the entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from src.data.translation import (
+    EOS_ID,
+    IGNORE,
+    collate_pairs,
+    number_pairs,
+    read_pairs,
+    split_by_source,
+)
+from src.models.generation import GenerationConfig
+from src.models.seq2seq import Seq2SeqLitModule, corpus_scores
+from src.utils.errors import PipelineError
+from tests.conftest import assert_ok, assert_one_error_line, run_module
+
+NET = dict(n_layer=2, n_head=2, d_model=16, block_size=12, dropout=0.0)
+OPTIM = dict(lr=1e-3, betas=[0.9, 0.98], weight_decay=0.0, warmup_steps=1, decay_steps=10,
+             min_lr=1e-5)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _seed(one_thread):
+    torch.manual_seed(0)
+
+
+# ---------------------------------------------------------------- pairs
+
+
+def test_pairs_are_read_with_extra_columns_ignored(tmp_path):
+    f = tmp_path / "p.tsv"
+    f.write_text("Hi.\tHoi.\tCC-BY 2.0 (France) Attribution\n\nRun!\tRen!\n", encoding="utf-8")
+    assert read_pairs(f) == [("Hi.", "Hoi."), ("Run!", "Ren!")]
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("Hi.\tHoi.\nno tab here\n", "line 2: 'no tab here'"),
+        ("Hi.\t\n", "both sides non-empty, first at line 1"),
+        ("\n\n", "holds no sentence pairs"),
+        (b"Caf\xe9\tCaf\xe9\n", "not UTF-8"),
+    ],
+)
+def test_bad_pair_files_are_one_clear_error(tmp_path, content, match):
+    f = tmp_path / "p.tsv"
+    f.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(PipelineError, match=match):
+        read_pairs(f)
+    with pytest.raises(PipelineError, match="not found"):
+        read_pairs(tmp_path / "missing.tsv")
+
+
+def test_no_source_sentence_is_in_two_splits():
+    pairs = [(f"s{i % 50}", f"t{i}") for i in range(200)]  # every source has 4 translations
+    parts = split_by_source(pairs, (0.8, 0.1, 0.1), seed=0)
+    sources = {k: {s for s, _ in v} for k, v in parts.items()}
+    assert not (sources["train"] & sources["val"] or sources["train"] & sources["test"]
+                or sources["val"] & sources["test"])  # fmt: skip
+    assert sorted(p for part in parts.values() for p in part) == sorted(pairs)
+    assert [len(sources[k]) for k in ("train", "val", "test")] == [40, 5, 5]
+    assert split_by_source(pairs, (0.8, 0.1, 0.1), seed=0) == parts
+
+
+def test_the_built_in_pairs_are_real_dutch_and_deterministic():
+    pairs = number_pairs()
+    assert dict(pairs)["twenty-one"] == "eenentwintig"  # units first
+    assert dict(pairs)["twenty-first"] == "eenentwintigste"
+    assert len({s for s, _ in pairs}) == len(pairs) == 13_000
+    assert number_pairs() == pairs
+
+
+def test_batches_shift_the_target_by_one_with_eos_at_both_ends():
+    items = [(torch.tensor([7, 8, 9]).numpy(), torch.tensor([10, 11]).numpy()),
+             (torch.tensor([7]).numpy(), torch.tensor([12, 13, 14]).numpy())]  # fmt: skip
+    b = collate_pairs(items)
+    assert b["input_ids"].tolist() == [[7, 8, 9], [7, 2, 2]]
+    assert b["decoder_input_ids"].tolist() == [[EOS_ID, 10, 11, 2], [EOS_ID, 12, 13, 14]]
+    assert b["labels"].tolist() == [[10, 11, EOS_ID, IGNORE], [12, 13, 14, EOS_ID]]
+
+
+# ---------------------------------------------------------------- the model
+
+
+def model(**kw) -> Seq2SeqLitModule:
+    return Seq2SeqLitModule({**NET, **kw}, OPTIM, vocab_size=20, src_vocab_size=20).eval()
+
+
+def test_decoder_is_causal_and_reads_the_source_but_not_its_padding():
+    net = model().net
+    src, tgt = torch.randint(6, 20, (2, 5)), torch.randint(6, 20, (2, 7))
+    with torch.no_grad():
+        out = net(src, tgt)
+        changed = tgt.clone()
+        changed[:, 4:] = 6
+        torch.testing.assert_close(net(src, changed)[:, :4], out[:, :4])  # no look-ahead
+        padded = torch.cat([src, torch.full((2, 3), 2)], dim=1)  # PAD = 2
+        torch.testing.assert_close(net(padded, tgt), out)
+        other = src.clone()
+        other[:, 0] = (other[:, 0] + 1 - 6) % 14 + 6
+        assert not torch.allclose(net(other, tgt), out)  # cross-attention sees the source
+
+
+def test_shared_vocabulary_ties_source_target_and_output_embeddings():
+    shared, separate = model().net, Seq2SeqLitModule(NET, OPTIM, 20, 30, shared_vocab=False).net
+    assert shared.decoder.tok_emb is shared.encoder.tok_emb
+    assert shared.decoder.lm_head.weight is shared.encoder.tok_emb.weight
+    assert separate.encoder.tok_emb.num_embeddings == 30
+    assert separate.decoder.tok_emb is not separate.encoder.tok_emb
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_cached_translation_equals_the_uncached_one(strategy):
+    m = model()
+    src = torch.randint(6, 20, (3, 6))
+    src[1, 4:] = 2  # a shorter sentence, padded
+    cfg = GenerationConfig(strategy=strategy, beam_width=3, max_new_tokens=20, eos_id=EOS_ID)
+    out = m.translate(src, cfg)
+    assert out == m.translate(src, cfg, cache=False)
+    assert all(len(t) <= NET["block_size"] - 1 and EOS_ID not in t for t in out)
+
+
+def test_scores_count_a_match_with_any_reference():
+    s = corpus_scores(["the cat sat on the mat", "a dog"],
+                      [["the cat sat on the mat"], ["one dog", "a dog"]])  # fmt: skip
+    assert s["exact"] == 1.0 and s["bleu"] == pytest.approx(100.0) and s["chrf"] > 99
+
+
+# ---------------------------------------------------------------- through the entry point
+
+TINY = ["model=seq2seq", "data=translation", "model.net.n_layer=1", "model.net.d_model=32",
+        "model.net.n_head=2", "data.vocab_size=300", "data.batch_size=16",
+        "trainer.max_steps=8", "trainer.val_check_interval=4", "model.val_sentences=5",
+        "model.generation.max_new_tokens=6", "callbacks.progress_bar.refresh_rate=0",
+        "logger=csv"]  # fmt: skip
+
+
+def test_a_users_tsv_trains_and_is_scored(tmp_path):
+    pairs = number_pairs()[:300:3]
+    f = tmp_path / "my-pairs.tsv"
+    f.write_text("".join(f"{s}\t{t}\textra\n" for s, t in pairs), encoding="utf-8")
+    run = tmp_path / "run"
+    data = [f"data.path={f}", f"paths.data_dir={tmp_path / 'data'}"]
+    assert_ok(run_module("src.train", *TINY, *data, f"hydra.run.dir={run}"))
+    metrics = json.loads((run / "metrics.json").read_text())
+    for key in ("val/bleu", "test/bleu", "test/bleu_greedy", "test/chrf", "test/exact",
+                "train/acc", "train/tokens_per_sec"):  # fmt: skip
+        assert key in metrics, key
+    prepared = tmp_path / "data" / "processed" / "my-pairs-translation-bpe300"
+    meta = json.loads((prepared / "meta.json").read_text())
+    assert sum(meta["pairs"].values()) == len(pairs)
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["model_class"] == "src.models.seq2seq.Seq2SeqLitModule"
+    assert "target_tokenizer" in ckpt["TranslationDataModule"]
+
+
+def test_a_malformed_tsv_stops_with_its_line_number(tmp_path):
+    f = tmp_path / "bad.tsv"
+    f.write_text("one\téén\ntwo twee\n", encoding="utf-8")
+    proc = run_module("src.prepare", "data=translation", f"data.path={f}",
+                      f"paths.data_dir={tmp_path / 'data'}")  # fmt: skip
+    assert_one_error_line(proc, "line 2")
+    assert not (tmp_path / "data" / "processed" / "bad-translation-bpe4000").exists()
