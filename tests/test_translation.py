@@ -139,26 +139,52 @@ TINY = ["model=seq2seq", "data=translation", "model.net.n_layer=1", "model.net.d
         "model.net.n_head=2", "data.vocab_size=300", "data.batch_size=16",
         "trainer.max_steps=8", "trainer.val_check_interval=4", "model.val_sentences=5",
         "model.generation.max_new_tokens=6", "callbacks.progress_bar.refresh_rate=0",
+        "trainer.log_every_n_steps=2",
         "logger=csv"]  # fmt: skip
 
 
-def test_a_users_tsv_trains_and_is_scored(tmp_path):
-    pairs = number_pairs()[:300:3]
-    f = tmp_path / "my-pairs.tsv"
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A short run on a user's TSV (a third of the cardinals below 900)."""
+    root = tmp_path_factory.mktemp("translation")
+    pairs = number_pairs()[:900:3]
+    f = root / "my-pairs.tsv"
     f.write_text("".join(f"{s}\t{t}\textra\n" for s, t in pairs), encoding="utf-8")
-    run = tmp_path / "run"
-    data = [f"data.path={f}", f"paths.data_dir={tmp_path / 'data'}"]
+    run = root / "run"
+    data = [f"data.path={f}", f"paths.data_dir={root / 'data'}"]
     assert_ok(run_module("src.train", *TINY, *data, f"hydra.run.dir={run}"))
+    return root, pairs, run
+
+
+def test_a_users_tsv_trains_and_is_scored(trained):
+    root, pairs, run = trained
     metrics = json.loads((run / "metrics.json").read_text())
     for key in ("val/bleu", "test/bleu", "test/bleu_greedy", "test/chrf", "test/exact",
                 "train/acc", "train/tokens_per_sec"):  # fmt: skip
         assert key in metrics, key
-    prepared = tmp_path / "data" / "processed" / "my-pairs-translation-bpe300"
+    prepared = root / "data" / "processed" / "my-pairs-translation-bpe300"
     meta = json.loads((prepared / "meta.json").read_text())
     assert sum(meta["pairs"].values()) == len(pairs)
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["model_class"] == "src.models.seq2seq.Seq2SeqLitModule"
     assert "target_tokenizer" in ckpt["TranslationDataModule"]
+
+
+def test_translate_cli_keeps_one_line_per_line(trained):
+    root, _, run = trained
+    ckpt = f"ckpt={run / 'checkpoints' / 'last.ckpt'}"
+    f = root / "in.txt"
+    f.write_text("twenty-one\n\nfive hundred and six\n", encoding="utf-8")
+    for how in (["strategy=greedy"], ["strategy=beam", "beam_width=3"]):
+        proc = run_module("src.translate", ckpt, f"input={f}", "max_new_tokens=5", *how)
+        assert_ok(proc)
+        lines = proc.stdout.split("\n")[:-1]
+        assert len(lines) == 3 and lines[1] == ""
+    bad = root / "latin1.txt"
+    bad.write_bytes(b"caf\xe9\n")
+    assert_one_error_line(run_module("src.translate", ckpt, f"input={bad}"), "not UTF-8")
+    gpt = run_module("src.translate", f"ckpt={root / 'missing.ckpt'}", f"input={f}")
+    assert_one_error_line(gpt, "checkpoint not found")
 
 
 def test_a_malformed_tsv_stops_with_its_line_number(tmp_path):
