@@ -117,13 +117,14 @@ def test_shared_vocabulary_ties_source_target_and_output_embeddings():
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
-def test_cached_translation_equals_the_uncached_one(strategy):
+def test_batched_cached_translation_equals_one_sentence_at_a_time_uncached(strategy):
     m = model()
     src = torch.randint(6, 20, (3, 6))
     src[1, 4:] = 2  # a shorter sentence, padded
     cfg = GenerationConfig(strategy=strategy, beam_width=3, max_new_tokens=20, eos_id=EOS_ID)
     out = m.translate(src, cfg)
     assert out == m.translate(src, cfg, cache=False)
+    assert [m.translate(src[i : i + 1], cfg)[0] for i in range(3)] == out  # rows independent
     assert all(len(t) <= NET["block_size"] - 1 and EOS_ID not in t for t in out)
 
 

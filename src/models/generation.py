@@ -71,11 +71,6 @@ class TokenDecoder:
         self.cache.reorder(index)
         self.context = {k: v if v is None else v[index] for k, v in self.context.items()}
 
-    def row(self, i: int) -> TokenDecoder:
-        """A decoder for row i alone (beam search runs one source at a time), cache empty."""
-        context = {k: v if v is None else v[i : i + 1] for k, v in self.context.items()}
-        return TokenDecoder(self.net, **context, cache=self.use_cache)
-
 
 @dataclass
 class GenerationConfig:
@@ -156,9 +151,7 @@ def generate(
     if cfg.max_new_tokens == 0:
         return prompt
     if cfg.strategy == "beam":
-        # hypotheses of different rows cannot share a beam, so search each row on its own
-        rows = [_beam_search(_row(next_token_logits, i), row[None], cfg)
-                for i, row in enumerate(prompt)]  # fmt: skip
+        rows = _beam_search(next_token_logits, prompt, cfg)
         pad = cfg.eos_id if cfg.eos_id is not None else 0  # rows only differ in length via eos
         return pad_sequence(rows, batch_first=True, padding_value=pad)
     return _greedy_or_sample(next_token_logits, prompt, cfg, generator)
@@ -204,38 +197,47 @@ def _greedy_or_sample(
 
 def _beam_search(
     next_token_logits: NextTokenLogits, prompt: Tensor, cfg: GenerationConfig
-) -> Tensor:
-    """Beam search for one prompt (1, T0); returns the best hypothesis (T0 + n,).
+) -> list[Tensor]:
+    """Beam search for every row of prompt (B, T0) at once; returns each row's best hypothesis
+    (T0 + n,).
 
     A hypothesis scores sum(log p of its n generated tokens) / n**length_penalty: a raw sum of
     log probabilities only falls as a sequence grows, so without normalisation (alpha = 0)
-    search favours stopping early at eos. The beam holds beam_width hypotheses in all; one that
-    emits eos is finished and keeps its slot, so the live beam narrows and width 1 is exactly
-    greedy decoding.
+    search favours stopping early at eos. Each row's beam holds beam_width hypotheses in all; one
+    that emits eos is finished and keeps its slot, so the live beam narrows and width 1 is
+    exactly greedy decoding. The rows' beams are stacked, (B * W, T), so one model call serves
+    them all; a slot whose score is -inf is empty.
     """
-    beams = prompt  # (W, T) live hypotheses, W <= beam_width
-    scores = torch.zeros(1, device=prompt.device)  # (W,) sum of log p over generated tokens
-    finished: list[tuple[float, Tensor]] = []  # (normalised score, ids (T,))
+    b, w, t0 = prompt.size(0), cfg.beam_width, prompt.size(1)
+    beams = prompt  # (B * W', T): row i's hypotheses are rows i W' .. (i + 1) W' - 1
+    scores = torch.zeros(b, 1, device=prompt.device)  # (B, W') sum of log p over generated tokens
+    finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(b)]  # (score, ids (T,))
 
-    def finish(sums: Tensor, hyps: Tensor) -> None:  # (k,), (k, T)
-        n = hyps.size(1) - prompt.size(1)  # generated tokens, eos included; same for all k
-        finished.extend(zip((sums / n**cfg.length_penalty).tolist(), hyps, strict=True))
+    def finish(slots: Tensor) -> None:  # (B, W') bool: add these hypotheses to their rows'
+        n = beams.size(1) - t0  # generated tokens, eos included; the same for all
+        for i, j in slots.nonzero().tolist():
+            hyp = beams[i * scores.size(1) + j]
+            finished[i].append((scores[i, j].item() / n**cfg.length_penalty, hyp))
 
     for _ in range(cfg.max_new_tokens):
-        logp = F.log_softmax(next_token_logits(beams).float(), dim=-1)  # (W, V), all beams at once
+        logp = F.log_softmax(next_token_logits(beams).float(), dim=-1)  # (B * W', V)
         vocab = logp.size(-1)
-        candidates = (scores[:, None] + logp).flatten()  # (W * V,) every one-token extension
-        k = min(cfg.beam_width - len(finished), candidates.numel())
-        scores, flat = candidates.topk(k)  # (k,)
-        parents = flat // vocab
-        beams = torch.cat([beams[parents], (flat % vocab)[:, None]], dim=1)  # (k, T + 1)
+        candidates = (scores[..., None] + logp.view(b, -1, vocab)).view(b, -1)  # (B, W' V)
+        k = min(w, candidates.size(1))
+        scores, flat = candidates.topk(k)  # (B, k), best first
+        # a row with f finished hypotheses searches on with its w - f best extensions only
+        left = w - torch.tensor([len(f) for f in finished], device=scores.device)  # (B,)
+        scores = scores.masked_fill(torch.arange(k, device=scores.device) >= left[:, None],
+                                    float("-inf"))  # fmt: skip
+        parents = (torch.arange(b, device=flat.device)[:, None] * (len(beams) // b)
+                   + flat // vocab).flatten()  # (B k,) rows of `beams`  # fmt: skip
+        beams = torch.cat([beams[parents], (flat % vocab).view(-1, 1)], dim=1)  # (B k, T + 1)
         _reorder(next_token_logits, parents)
         if cfg.eos_id is not None:
-            ended = beams[:, -1] == cfg.eos_id  # (k,)
-            finish(scores[ended], beams[ended])
-            beams, scores = beams[~ended], scores[~ended]
-            _reorder(next_token_logits, ~ended)
-            if len(beams) == 0:
-                break
-    finish(scores, beams)
-    return max(finished, key=lambda f: f[0])[1]
+            ended = (beams[:, -1] == cfg.eos_id).view(b, k) & scores.isfinite()
+            finish(ended)
+            scores = scores.masked_fill(ended, float("-inf"))
+        if not scores.isfinite().any():
+            break
+    finish(scores.isfinite())
+    return [max(f, key=lambda h: h[0])[1] for f in finished]
