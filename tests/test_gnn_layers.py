@@ -106,7 +106,8 @@ def test_permutation_equivariance_and_invariant_readout(name: str) -> None:
 
 
 def dense_aggregate(layer: MessagePassingLayer, a: Tensor, h: Tensor) -> Tensor:
-    """z_n of every node from the dense adjacency A (N, N), written independently of PyG."""
+    """z_n of every node from the dense adjacency A (N, N), written independently of PyG (for
+    max and min: of the messages W_neigh h_m)."""
     deg = a.sum(dim=1)  # |N(n)|
     has_neigh = (deg > 0)[:, None]
     aggr = layer.aggregation
@@ -120,6 +121,7 @@ def dense_aggregate(layer: MessagePassingLayer, a: Tensor, h: Tensor) -> Tensor:
     if aggr == "mlp":
         return layer.mlp_theta(a @ layer.mlp_phi(h))
     fill = float("-inf") if aggr == "max" else float("inf")
+    h = h @ layer.w_neigh.weight.T  # max and min pool the transformed messages W_neigh h_m
     rows = h[None, :, :].masked_fill(a[:, :, None] == 0, fill)  # (N, N, D), non-neighbours out
     z = rows.amax(dim=1) if aggr == "max" else rows.amin(dim=1)
     return torch.where(has_neigh, z, torch.zeros_like(z))  # nodes without neighbours get 0
@@ -166,7 +168,8 @@ def test_aggregation_matches_dense_reference(aggr: str, shared: bool) -> None:
     if shared:  # the simplified layer counts n among its own neighbours
         a = a + torch.eye(N, dtype=DT)
     z = dense_aggregate(layer, a, h)
-    pre = layer.w_neigh(z) if shared else layer.w_self(h) + layer.w_neigh(z)
+    neigh = z + layer.w_neigh.bias if aggr in ("max", "min") else layer.w_neigh(z)
+    pre = neigh if shared else layer.w_self(h) + neigh
     out = layer(h, edge_index)
     torch.testing.assert_close(out, torch.relu(pre), **TOL)
     assert torch.isfinite(out).all()

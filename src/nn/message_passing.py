@@ -39,7 +39,8 @@ class MessagePassingLayer(MessagePassing):
     aggr: how z_n summarises the neighbours:
         "sum"        z_n = Σ_m h_m
         "mean"       z_n = Σ_m h_m / |N(n)|
-        "max", "min" elementwise over the neighbours
+        "max", "min" elementwise over the neighbours' W_neigh h_m (GraphSAGE's pooling
+                     aggregator, Hamilton et al. 2017), not over the raw h_m
         "symmetric"  z_n = Σ_m h_m / sqrt(|N(n)| |N(m)|)
         "mlp"        z_n = MLP_θ(Σ_m MLP_φ(h_m)), a learnable aggregation that can approximate
                      any permutation-invariant function of the neighbours (Deep Sets); φ and θ
@@ -91,9 +92,12 @@ class MessagePassingLayer(MessagePassing):
             inv_sqrt = deg.pow(-0.5).masked_fill(deg == 0, 0.0)  # 0, not inf, for isolated nodes
             norm = inv_sqrt[src] * inv_sqrt[dst]  # (E,)
         # W_neigh commutes with the linear aggregations: when it narrows the features, apply it
-        # first, so that the E messages are D_out wide rather than D_in (GCN on Cora: 16, not 1433)
-        early = self.aggregation in ("sum", "mean", "symmetric") and (
-            self.out_channels < self.in_channels
+        # first, so that the E messages are D_out wide rather than D_in (GCN on Cora: 16, not
+        # 1433). Max and min always take W_neigh h_m (GraphSAGE's pooling): of raw one-hot or
+        # bag-of-words features the max is only their union and the min mostly 0
+        linear = self.aggregation in ("sum", "mean", "symmetric")
+        early = self.aggregation in ("max", "min") or (
+            linear and self.out_channels < self.in_channels
         )
         if self.mlp_phi is not None:
             x = self.mlp_phi(h)  # (N, D_out)
