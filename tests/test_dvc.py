@@ -108,13 +108,16 @@ def test_every_benchmark_is_a_dvc_stage():
     out = subprocess.run([str(BIN / "dvc"), "stage", "list"], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout  # fmt: skip
     benches = ("bench_gpt_shakespeare", "bench_gnn_cora", "bench_gin_mutag", "bench_esol",
-               "oversmoothing", "bench_bert_speakers", "bench_matrix")  # fmt: skip
+               "oversmoothing", "bench_bert_speakers", "bench_matrix",
+               "bench_generation")  # fmt: skip
     for stage in (
         *benches,
         "prepare_graphs@esol",
         "prepare_text_cls",
         "bert_pretrain",
         "fetch@esol",
+        "fetch@eng-nld",
+        "prepare_translation",
     ):
         assert stage in out
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
