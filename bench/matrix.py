@@ -8,10 +8,11 @@ whether it is clearly above it.
 Baselines: the training split's majority class (test/acc_majority) for classification, the
 training mean (test/rmse_mean) for regression, 0.5 ROC-AUC for links, the unigram distribution
 of the training tokens for language models, causal and masked (its cross-entropy on the test
-tokens). "Clearly above": accuracy 5 points over the majority's, RMSE under 90 % of the mean's,
-ROC-AUC over 0.6, a loss under 90 % of the unigram's. A pair that makes no sense (EGNN without
-coordinates) is listed as refused, with its one-line error. Raw data comes from data/raw (or
-$DATA_MIRROR); every run writes into --out.
+tokens), and for translation the source sentence copied as its own translation (its chrF).
+"Clearly above": accuracy 5 points over the majority's, RMSE under 90 % of the mean's, ROC-AUC
+over 0.6, a loss under 90 % of the unigram's, chrF 10 points over the copy's. A pair that makes
+no sense (EGNN without coordinates) is listed as refused, with its one-line error. Raw data comes
+from data/raw (or $DATA_MIRROR); every run writes into --out.
 
 The last rows are a user's workflow on files of their own (written into --out/user from tiny
 Shakespeare: its first 60 % as a plain text file, and the speeches of its two most frequent
@@ -106,6 +107,7 @@ PAIRS = [
     Pair("bert", "text", "test/loss", ["trainer.limit_val_batches=20"], 200),
     Pair("bert_cls", "text_cls", "test/acc", [], 300),
     Pair("bert_tagger", "text_tag", "test/acc", [], 200),
+    Pair("seq2seq", "translation", "test/chrf", [], 300),
     YOUR_TEXT,
     fine_tune(rank=0),
     fine_tune(rank=8),
@@ -154,16 +156,25 @@ def baseline(pair: Pair, metrics: dict, run_dir: Path) -> float | None:
         return metrics.get(f"test/{kind}_{'majority' if kind == 'acc' else 'mean'}")
     if kind == "auroc":
         return 0.5
+    if kind == "chrf":  # translation: the source copied
+        from src.data.translation import references
+        from src.models.seq2seq import corpus_scores
+
+        sources, refs = references(processed_dir(run_dir) / "test.tsv")
+        return corpus_scores(sources, refs)["chrf"]
     train, test = token_streams(run_dir)  # language models: the unigram distribution
     counts = np.bincount(train, minlength=int(max(train.max(), test.max())) + 1) + 1.0
     return float(-np.log(counts[test] / counts.sum()).mean())
 
 
-def token_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+def processed_dir(run_dir: Path) -> Path:
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    d = ROOT / cfg.data.processed_dir
+    return ROOT / OmegaConf.load(run_dir / "config.yaml").data.processed_dir
+
+
+def token_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    d = processed_dir(run_dir)
     meta = json.loads((d / "meta.json").read_text())
     return tuple(np.fromfile(d / f"{s}.bin", dtype=meta["dtype"]) for s in ("train", "test"))
 
@@ -174,6 +185,8 @@ def clearly_above(metric: str, value: float, base: float) -> bool:
         return value > base + 0.05
     if kind == "auroc":
         return value > 0.6
+    if kind == "chrf":
+        return value > base + 10
     return value < 0.9 * base  # rmse, loss
 
 

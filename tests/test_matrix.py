@@ -28,6 +28,7 @@ def test_clearly_above():
     assert clearly_above("test/acc", 0.75, 0.66) and not clearly_above("test/acc", 0.70, 0.66)
     assert clearly_above("test/rmse", 0.8, 2.0) and not clearly_above("test/rmse", 1.9, 2.0)
     assert clearly_above("test/loss", 2.0, 5.0) and not clearly_above("test/auroc", 0.55, 0.5)
+    assert clearly_above("test/chrf", 45.0, 30.0) and not clearly_above("test/chrf", 35.0, 30.0)
 
 
 def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespeare):

@@ -103,6 +103,15 @@ def number_pairs() -> list[tuple[str, str]]:
     return pairs
 
 
+def references(tsv: Path) -> tuple[list[str], list[list[str]]]:
+    """The distinct sources of a prepared split's pairs, in file order, and all their targets."""
+    refs: dict[str, list[str]] = {}
+    for line in tsv.read_text("utf-8").splitlines():
+        source, target = line.split("\t")
+        refs.setdefault(source, []).append(target)
+    return list(refs), list(refs.values())
+
+
 def split_by_source(
     pairs: list[tuple[str, str]], fractions, seed: int
 ) -> dict[str, list[tuple[str, str]]]:
@@ -255,11 +264,7 @@ class TranslationDataModule(PreparedText):
 
     def references(self, split: str) -> tuple[list[str], list[list[str]]]:
         """The distinct sources of a split, in file order, and all the targets of each."""
-        refs: dict[str, list[str]] = {}
-        for line in (self.processed_dir / f"{split}.tsv").read_text("utf-8").splitlines():
-            s, t = line.split("\t")
-            refs.setdefault(s, []).append(t)
-        return list(refs), list(refs.values())
+        return references(self.processed_dir / f"{split}.tsv")
 
     # -- loading
     def setup(self, stage: str | None = None) -> None:
