@@ -30,16 +30,8 @@ def sample(cfg: DictConfig) -> list[str]:
     model.to(cfg.device).eval()
     tokenizer = load_tokenizer(ckpt["TextDataModule"]["tokenizer"])
 
-    gen = GenerationConfig(
-        strategy=cfg.strategy,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        beam_width=cfg.beam_width,
-        length_penalty=cfg.length_penalty,
-        eos_id=tokenizer.token_to_id(EOS) if cfg.stop_at_eos else None,
-    )
+    eos = tokenizer.token_to_id(EOS) if cfg.stop_at_eos else None
+    gen = GenerationConfig.from_settings(cfg, eos_id=eos)
     prompt = torch.tensor([tokenizer.encode(cfg.prompt).ids], device=cfg.device)
     if prompt.numel() == 0:
         from src.utils.errors import PipelineError

@@ -32,16 +32,7 @@ def translate(cfg: DictConfig, lines: list[str]) -> list[str]:
     model.to(cfg.device).eval()
     state = ckpt["TranslationDataModule"]
     src_tok, tgt_tok = load_tokenizer(state["tokenizer"]), load_tokenizer(state["target_tokenizer"])
-    gen = GenerationConfig(
-        strategy=cfg.strategy,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        beam_width=cfg.beam_width,
-        length_penalty=cfg.length_penalty,
-        eos_id=model.generation.eos_id,
-    )
+    gen = GenerationConfig.from_settings(cfg, eos_id=model.generation.eos_id)
     torch.manual_seed(cfg.seed)
     todo = [i for i, line in enumerate(lines) if line.strip()]  # blank lines stay blank
     out = [""] * len(lines)

@@ -314,6 +314,39 @@ class PreparedText(pl.LightningDataModule):
             )
 
 
+class PaddedSplits(PreparedText):
+    """A prepared data module whose `splits` are map-style datasets of whole examples, batched
+    by `collate` (padding to the batch's longest); the training batches are shuffled, seeded."""
+
+    splits: dict[str, Dataset]
+
+    def collate(self, items: list) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        if split not in self.splits:
+            raise PipelineError(f"the data has no {split} split (data.splits); run with test=false")
+        hp = self.hparams
+        return DataLoader(
+            self.splits[split],
+            batch_size=hp.batch_size,
+            shuffle=shuffle,
+            generator=torch.Generator().manual_seed(hp.seed) if shuffle else None,
+            collate_fn=self.collate,
+            num_workers=hp.num_workers,
+            persistent_workers=hp.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+
 class TextDataModule(PreparedText):
     """Language-modelling batches (x, y) of shape (B, T), y being x shifted by one token.
 

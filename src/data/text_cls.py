@@ -55,19 +55,18 @@ import tempfile
 import tokenize
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from src.data.sources import fetch, lookup
 from src.data.text import (
     CLS_ID,
     PAD_ID,
     SPLITS,
-    PreparedText,
+    PaddedSplits,
     checkpoint_tokenizer,
     load_tokenizer,
     load_tokenizer_file,
@@ -370,7 +369,7 @@ def pad_batch(items: list, tag: bool) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- data module
 
 
-class TextClsDataModule(PreparedText):
+class TextClsDataModule(PaddedSplits):
     """Batches {"input_ids": (B, T), "labels": (B,)} (task cls) or {"input_ids": (B, T),
     "labels": (B, T)} (task tag): T <= block_size, input_ids[:, 0] is CLS (id 3), PAD (id 2)
     after each example's end, label -100 where a token carries none."""
@@ -607,28 +606,8 @@ class TextClsDataModule(PreparedText):
             torch.from_numpy(self.splits[s].labels.astype(np.int64)) for s in ("train", split)
         )
 
-    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
-        if split not in self.splits:
-            raise PipelineError(f"the data has no {split} split (data.splits); run with test=false")
-        hp = self.hparams
-        return DataLoader(
-            self.splits[split],
-            batch_size=hp.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(hp.seed) if shuffle else None,
-            collate_fn=partial(pad_batch, tag=hp.task == "tag"),
-            num_workers=hp.num_workers,
-            persistent_workers=hp.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+    def collate(self, items: list) -> dict[str, torch.Tensor]:
+        return pad_batch(items, tag=self.hparams.task == "tag")
 
     # -- the tokenizer and label names travel inside every checkpoint
     def state_dict(self) -> dict:

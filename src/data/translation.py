@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from src.data.sources import fetch, lookup
 from src.data.text import (
@@ -41,7 +41,7 @@ from src.data.text import (
     PAD_ID,
     SPECIAL_TOKENS,
     SPLITS,
-    PreparedText,
+    PaddedSplits,
     load_tokenizer,
     train_tokenizer,
 )
@@ -165,7 +165,7 @@ def collate_pairs(items: list) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- data module
 
 
-class TranslationDataModule(PreparedText):
+class TranslationDataModule(PaddedSplits):
     """Padded batches of sentence pairs (see the module docstring), and every split's distinct
     sources with all their references, for BLEU."""
 
@@ -272,28 +272,8 @@ class TranslationDataModule(PreparedText):
             if self.meta["pairs"][split]:
                 self.splits[split] = SentencePairs(self.processed_dir / f"{split}.npz")
 
-    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
-        if split not in self.splits:
-            raise PipelineError(f"the data has no {split} pairs (data.splits, data.max_length)")
-        hp = self.hparams
-        return DataLoader(
-            self.splits[split],
-            batch_size=hp.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(hp.seed) if shuffle else None,
-            collate_fn=collate_pairs,
-            num_workers=hp.num_workers,
-            persistent_workers=hp.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+    def collate(self, items: list) -> dict[str, torch.Tensor]:
+        return collate_pairs(items)
 
     # -- both tokenizers travel inside every checkpoint
     def state_dict(self) -> dict:

@@ -20,7 +20,7 @@ whole prefix) and the encoder output of a translation model.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -82,6 +82,12 @@ class GenerationConfig:
     beam_width: int = 4  # used by "beam"
     length_penalty: float = 1.0  # alpha in score = sum(log p) / length**alpha, "beam" only
     eos_id: int | None = None  # stop a sequence once it emits this id
+
+    @classmethod
+    def from_settings(cls, settings, eos_id: int | None) -> GenerationConfig:
+        """The fields a command's config (src.sample, src.translate) sets, and the end token."""
+        names = [f.name for f in fields(cls) if f.name != "eos_id"]
+        return cls(**{k: settings[k] for k in names}, eos_id=eos_id)
 
 
 def _check_filter_args(top_k: int | None, top_p: float | None) -> None:
