@@ -169,6 +169,8 @@ def test_a_users_tsv_trains_and_is_scored(trained):
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["model_class"] == "src.models.seq2seq.Seq2SeqLitModule"
     assert "target_tokenizer" in ckpt["TranslationDataModule"]
+    samples = (run / "samples.txt").read_text(encoding="utf-8").splitlines()
+    assert len(samples) == 5 and all(len(line.split("\t")) == 3 for line in samples)
 
 
 def test_translate_cli_keeps_one_line_per_line(trained):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -193,6 +194,8 @@ class Seq2SeqLitModule(TransformerModule):
         for row in rows:
             table.add_row(*row)
         Console().print(table)
+        with open(Path(self.trainer.default_root_dir) / "samples.txt", "w", encoding="utf-8") as f:
+            f.writelines("\t".join(row) + "\n" for row in rows)  # source, references, output
         for logger in self.trainer.loggers:
             if hasattr(logger, "log_text"):  # WandbLogger
                 logger.log_text("translations", columns=["source", "reference", "translation"],
