@@ -79,6 +79,10 @@ def test_dvc_repro_with_only_the_mirror_set(tmp_path):
     assert (tmp_path / "outputs/dvc/train_gpt/csv/metrics.csv").exists()
     assert (tmp_path / "dvc.lock").exists()
 
+    # a later stage's first import compiles bytecode into src/data/__pycache__: not a change
+    pyc = tmp_path / "src/data/__pycache__/not_yet_imported.cpython-311.pyc"
+    pyc.parent.mkdir(exist_ok=True)
+    pyc.write_bytes(b"bytecode")
     second = _repro(tmp_path, *TARGETS)
     assert _ran(second) == set() and "up to date" in second.stdout
 
