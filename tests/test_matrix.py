@@ -56,3 +56,12 @@ def test_every_pair_is_clearly_above_its_baseline_or_refused(out, pair):
     r = run(pair, out, [f"paths.data_dir={out}/data"])
     assert ("refused" in r) == pair.refused, r
     assert pair.refused or clearly_above(pair.metric, r["value"], r["baseline"]), r
+
+
+def test_a_pair_on_splits_averages_them(tmp_path):
+    splits = ("data.fold=0", "data.fold=1")
+    pair = Pair("gcn", "tudataset", "test/acc", steps=5, name="gcn/tudataset", splits=splits)
+    r = run(pair, tmp_path, [f"paths.data_dir={tmp_path}"])
+    assert len(r["splits"]) == 2 and r["value"] == pytest.approx(sum(r["splits"]) / 2), r
+    for k in (0, 1):
+        assert (tmp_path / f"gcn__tudataset/fold{k}/metrics.json").is_file()
