@@ -163,14 +163,6 @@ def generate(
     return _greedy_or_sample(next_token_logits, prompt, cfg, generator)
 
 
-def _row(next_token_logits: NextTokenLogits, i: int) -> NextTokenLogits:
-    return (
-        next_token_logits.row(i)
-        if isinstance(next_token_logits, TokenDecoder)
-        else next_token_logits
-    )
-
-
 def _reorder(next_token_logits: NextTokenLogits, index: Tensor) -> None:
     if isinstance(next_token_logits, TokenDecoder):
         next_token_logits.reorder(index)
