@@ -119,6 +119,7 @@ PAIRS = [
     Pair("bert_cls", "text_cls", "test/acc", [], 300),
     Pair("bert_tagger", "text_tag", "test/acc", [], 200),
     Pair("seq2seq", "translation", "test/chrf", [], 300),
+    Pair("rnn_seq2seq", "translation", "test/chrf", [], 300),
     YOUR_TEXT,
     fine_tune(rank=0),
     fine_tune(rank=8),

@@ -1,5 +1,6 @@
 """Translation (sec. 12.3.5): reading and splitting sentence pairs, the batches, the
-encoder-decoder's masks, cached decoding, the scores, and a run through the entry point."""
+encoder-decoder's masks, cached decoding, the RNN encoder-decoder beside the Transformer, the
+scores, and runs through the entry point."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from src.utils.errors import PipelineError
 from tests.conftest import assert_ok, assert_one_error_line, run_module
 
 NET = dict(n_layer=2, n_head=2, d_model=16, block_size=12, dropout=0.0)
+RNN = dict(arch="rnn", d_model=16, block_size=12, dropout=0.0)
+NETS = {"transformer": NET, "rnn": RNN, "rnn-attention": {**RNN, "attention": True},
+        "lstm-2-attention": {**RNN, "cell": "lstm", "n_layer": 2, "attention": True}}  # fmt: skip
 OPTIM = dict(lr=1e-3, betas=[0.9, 0.98], weight_decay=0.0, warmup_steps=1, decay_steps=10,
              min_lr=1e-5)  # fmt: skip
 
@@ -89,12 +93,13 @@ def test_batches_shift_the_target_by_one_with_eos_at_both_ends():
 # ---------------------------------------------------------------- the model
 
 
-def model(**kw) -> Seq2SeqLitModule:
-    return Seq2SeqLitModule({**NET, **kw}, OPTIM, vocab_size=20, src_vocab_size=20).eval()
+def model(net: dict = NET, **kw) -> Seq2SeqLitModule:
+    return Seq2SeqLitModule({**net, **kw}, OPTIM, vocab_size=20, src_vocab_size=20).eval()
 
 
-def test_decoder_is_causal_and_reads_the_source_but_not_its_padding():
-    net = model().net
+@pytest.mark.parametrize("arch", NETS)
+def test_decoder_is_causal_and_reads_the_source_but_not_its_padding(arch):
+    net = model(NETS[arch]).net
     src, tgt = torch.randint(6, 20, (2, 5)), torch.randint(6, 20, (2, 7))
     with torch.no_grad():
         out = net(src, tgt)
@@ -105,7 +110,23 @@ def test_decoder_is_causal_and_reads_the_source_but_not_its_padding():
         torch.testing.assert_close(net(padded, tgt), out)
         other = src.clone()
         other[:, 0] = (other[:, 0] + 1 - 6) % 14 + 6
-        assert not torch.allclose(net(other, tgt), out)  # cross-attention sees the source
+        assert not torch.allclose(net(other, tgt), out)  # the decoder sees the source
+
+
+def test_without_attention_the_rnn_decoder_sees_the_source_only_through_z():
+    net = model(RNN).net
+    src, tgt = torch.randint(6, 20, (2, 5)), torch.randint(6, 20, (2, 7))
+    with torch.no_grad():
+        h, pad = net.encode(src)
+        state = net.start(h, pad)
+        state.memory = torch.randn_like(state.memory)  # everything but z* scrambled
+        state.keys = torch.randn_like(state.keys)
+        logits = []
+        for t in range(tgt.size(1)):
+            step, state = net.step(tgt[:, t], state)
+            logits.append(step)
+        torch.testing.assert_close(torch.stack(logits, 1), net(src, tgt))
+        assert state.z.shape == (2, RNN["d_model"])  # one fixed vector per sentence
 
 
 def test_shared_vocabulary_ties_source_target_and_output_embeddings():
@@ -114,11 +135,15 @@ def test_shared_vocabulary_ties_source_target_and_output_embeddings():
     assert shared.decoder.lm_head.weight is shared.encoder.tok_emb.weight
     assert separate.encoder.tok_emb.num_embeddings == 30
     assert separate.decoder.tok_emb is not separate.encoder.tok_emb
+    rnn, rnn_apart = model(RNN).net, Seq2SeqLitModule(RNN, OPTIM, 20, 30, shared_vocab=False).net
+    assert rnn.tgt_emb is rnn.src_emb and rnn.lm_head.weight is rnn.src_emb.weight
+    assert rnn_apart.src_emb.num_embeddings == 30 and rnn_apart.tgt_emb is not rnn_apart.src_emb
 
 
+@pytest.mark.parametrize("arch", NETS)
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
-def test_batched_cached_translation_equals_one_sentence_at_a_time_uncached(strategy):
-    m = model()
+def test_batched_cached_translation_equals_one_sentence_at_a_time_uncached(strategy, arch):
+    m = model(NETS[arch])
     src = torch.randint(6, 20, (3, 6))
     src[1, 4:] = 2  # a shorter sentence, padded
     cfg = GenerationConfig(strategy=strategy, beam_width=3, max_new_tokens=20, eos_id=EOS_ID)
@@ -188,6 +213,23 @@ def test_translate_cli_keeps_one_line_per_line(trained):
     assert_one_error_line(run_module("src.translate", ckpt, f"input={bad}"), "not UTF-8")
     gpt = run_module("src.translate", f"ckpt={root / 'missing.ckpt'}", f"input={f}")
     assert_one_error_line(gpt, "checkpoint not found")
+
+
+def test_the_rnn_baseline_trains_and_translates_through_the_entry_points(trained):
+    root, _, _ = trained
+    run = root / "rnn"
+    rnn = ["model=rnn_seq2seq", "data=translation", "model.net.d_model=32",
+           "model.net.attention=true", *TINY[5:]]  # fmt: skip
+    data = [f"data.path={root / 'my-pairs.tsv'}", f"paths.data_dir={root / 'data'}"]
+    assert_ok(run_module("src.train", *rnn, *data, f"hydra.run.dir={run}"))
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"val/bleu", "test/bleu", "test/chrf", "train/acc"} <= metrics.keys()
+    f = root / "in-rnn.txt"
+    f.write_text("twenty-one\n\nfive hundred and six\n", encoding="utf-8")
+    ckpt = f"ckpt={run / 'checkpoints' / 'last.ckpt'}"
+    proc = run_module("src.translate", ckpt, f"input={f}", "strategy=beam", "max_new_tokens=5")
+    assert_ok(proc)
+    assert len(proc.stdout.split("\n")[:-1]) == 3
 
 
 def test_a_malformed_tsv_stops_with_its_line_number(tmp_path):

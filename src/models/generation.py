@@ -14,7 +14,8 @@ for picking tokens. The chapter's options, all here:
 Everything talks to the model through `next_token_logits`, so any causal LM fits; cropping the
 context to the model's window is the caller's job. A `TokenDecoder` is such a function for a
 Transformer, with a key/value cache (each step runs the model on one new token instead of the
-whole prefix) and the encoder output of a translation model.
+whole prefix) and the encoder output of a translation model; a `RecurrentDecoder` for an RNN,
+whose hidden state is its cache.
 """
 
 from __future__ import annotations
@@ -70,6 +71,25 @@ class TokenDecoder:
         """Keep the rows `index`: beam search continues from these hypotheses."""
         self.cache.reorder(index)
         self.context = {k: v if v is None else v[index] for k, v in self.context.items()}
+
+
+class RecurrentDecoder:
+    """next_token_logits of a model that decodes one token at a time from a state, an RNN:
+    step(y (B,), state) -> (logits (B, V), state), state.reorder(index) -> state. Each call
+    steps through the tokens not yet read (the prompt, then the one new token); one generation
+    per decoder."""
+
+    def __init__(self, step: Callable, state):
+        self.step, self.state, self.length = step, state, 0
+
+    def __call__(self, ids: Tensor) -> Tensor:  # (B, T) -> (B, V)
+        for t in range(self.length, ids.size(1)):
+            logits, self.state = self.step(ids[:, t], self.state)
+        self.length = ids.size(1)
+        return logits
+
+    def reorder(self, index: Tensor) -> None:
+        self.state = self.state.reorder(index)
 
 
 @dataclass
@@ -164,7 +184,7 @@ def generate(
 
 
 def _reorder(next_token_logits: NextTokenLogits, index: Tensor) -> None:
-    if isinstance(next_token_logits, TokenDecoder):
+    if hasattr(next_token_logits, "reorder"):  # a decoder that keeps per-row state
         next_token_logits.reorder(index)
 
 

@@ -1,4 +1,5 @@
-"""The encoder-decoder Transformer for translation (Bishop, sec. 12.3.5).
+"""The encoder-decoder Transformer for translation (Bishop, sec. 12.3.5), and the RNN
+encoder-decoder it replaced (src/nn/rnn.py; `model=rnn_seq2seq`), trained and decoded alike.
 
 The encoder reads the source x_1..x_S bidirectionally into Z (S, D). The decoder is a causal token
 Transformer whose every layer adds cross-attention, with Q from the decoder and K, V from Z, so
@@ -27,7 +28,8 @@ from torchmetrics import MeanMetric
 from src.data.text import PAD_ID
 from src.data.translation import EOS_ID, IGNORE, pad
 from src.models.base import TransformerModule
-from src.models.generation import GenerationConfig, TokenDecoder, generate
+from src.models.generation import GenerationConfig, RecurrentDecoder, TokenDecoder, generate
+from src.nn.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from src.nn.transformer import TokenTransformer, TokenTransformerConfig
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,25 @@ class Seq2Seq(nn.Module):
         z, pad = self.encode(src)
         return self.decoder(tgt_in, context=z, context_padding_mask=pad)
 
+    def next_token_logits(self, z: Tensor, pad: Tensor, cache: bool = True) -> TokenDecoder:
+        """The decoder as generate() calls it, reading the encoded source (B, S, D)."""
+        return TokenDecoder(self.decoder, z, pad, cache=cache)
+
+
+class RNNTranslator(RNNSeq2Seq):
+    """The RNN encoder-decoder with Seq2Seq's interface; its state is its cache."""
+
+    def next_token_logits(self, h: Tensor, pad: Tensor, cache: bool = True) -> RecurrentDecoder:
+        return RecurrentDecoder(self.step, self.start(h, pad))
+
+
+def build_net(net: dict, **sizes) -> Seq2Seq | RNNTranslator:
+    """net.arch: transformer (the default) | rnn; sizes: vocab_size, src_vocab_size, ..."""
+    net = dict(net)
+    if net.pop("arch", "transformer") == "rnn":
+        return RNNTranslator(RNNSeq2SeqConfig(**net, **sizes, pad_id=PAD_ID))
+    return Seq2Seq(Seq2SeqConfig(**net, **sizes))
+
 
 def until_eos(ids: list[int]) -> list[int]:
     return ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
@@ -88,15 +109,14 @@ class Seq2SeqLitModule(TransformerModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        cfg = Seq2SeqConfig(**net, vocab_size=vocab_size, src_vocab_size=src_vocab_size,
-                            shared_vocab=shared_vocab)  # fmt: skip
-        self.net = Seq2Seq(cfg)
+        self.net = build_net(net, vocab_size=vocab_size, src_vocab_size=src_vocab_size,
+                             shared_vocab=shared_vocab)  # fmt: skip
         gen = {**(generation or {}), "eos_id": EOS_ID}
         self.generation = GenerationConfig(**gen)
         self.loss_metric = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
         self.acc_metric = nn.ModuleDict({s: MeanMetric() for s in ("val", "test")})
 
-    def forward(self, src: Tensor) -> Tensor:  # (B, S) -> Z (B, S, D), e.g. for attention maps
+    def forward(self, src: Tensor) -> Tensor:  # (B, S) -> the encoded source, e.g. for plots
         return self.net.encode(src)[0]
 
     def _loss(self, batch: dict) -> tuple[Tensor, Tensor, int]:
@@ -163,7 +183,7 @@ class Seq2SeqLitModule(TransformerModule):
         cfg = dataclasses.replace(cfg, max_new_tokens=min(cfg.max_new_tokens, longest))
         z, pad = self.net.encode(src)
         start = src.new_full((len(src), 1), EOS_ID)
-        out = generate(TokenDecoder(self.net.decoder, z, pad, cache=cache), start, cfg)
+        out = generate(self.net.next_token_logits(z, pad, cache), start, cfg)
         return [until_eos(row[1:]) for row in out.tolist()]
 
     def translate_texts(self, sources: list[str], cfg: GenerationConfig | None = None,

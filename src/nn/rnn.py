@@ -1,0 +1,132 @@
+"""The recurrent encoder-decoder that the Transformer replaced (Bishop, sec. 12.2.5; Cho et al.
+2014, Sutskever et al. 2014), and the additive attention of Bahdanau et al. (2015), the step
+between the two.
+
+An encoder RNN reads the source x_1..x_S in both directions into states h_1..h_S. Without
+attention, the decoder RNN starts from one fixed vector z*, made of the encoder's final states,
+and sees nothing else of the source: every translation must pass through those D numbers, the
+bottleneck the chapter names. With attention, each decoder step t also reads a fresh context
+
+    c_t = Σ_j α_tj h_j,    α_tj = softmax_j(v^T tanh(W_s s_{t-1} + W_h h_j)),
+
+so a long sentence is no longer squeezed into z*. The decoder's input at step t is the previous
+target token's embedding with c_t (c_t = z* without attention, as Cho et al. feed it at every
+step), and its output tanh(W_o [s_t; c_t]) goes through the output layer to the next token's
+logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+@dataclass
+class RNNSeq2SeqConfig:
+    vocab_size: int = 256  # the decoder's K
+    src_vocab_size: int = 256  # the encoder's K
+    shared_vocab: bool = True  # one embedding matrix for source and target tokens
+    block_size: int = 64  # the longest source, and target + its start token
+    pad_id: int = 0  # the padding token's id, set by the model from its tokenizer
+    d_model: int = 256  # D: embeddings, encoder states (per direction), decoder states
+    n_layer: int = 1  # stacked RNN layers, in the encoder and in the decoder
+    cell: str = "gru"  # gru | lstm
+    attention: bool = False  # False: z* alone; True: additive attention over h_1..h_S
+    dropout: float = 0.1
+    tie_weights: bool = True  # the output layer shares the target embedding matrix
+
+
+@dataclass
+class RNNState:
+    """What one decoding step needs: the decoder's hidden state and the encoded source."""
+
+    hidden: Tensor | tuple[Tensor, Tensor]  # s: (L, B, D); an LSTM's (h, c)
+    memory: Tensor  # h_j projected to D: (B, S, D)
+    keys: Tensor  # W_h h_j, computed once per sentence: (B, S, D)
+    pad: Tensor  # (B, S), True at padding
+    z: Tensor  # z*: (B, D)
+
+    def reorder(self, index: Tensor) -> RNNState:
+        """Keep the rows `index` (beam search's surviving hypotheses)."""
+        h = self.hidden
+        h = tuple(x[:, index] for x in h) if isinstance(h, tuple) else h[:, index]
+        return RNNState(h, self.memory[index], self.keys[index], self.pad[index], self.z[index])
+
+
+class RNNSeq2Seq(nn.Module):
+    """Bidirectional encoder RNN, z* = tanh(W_z [→h_S; ←h_1]), decoder RNN of n_layer layers."""
+
+    def __init__(self, cfg: RNNSeq2SeqConfig):
+        super().__init__()
+        if cfg.cell not in CELLS:
+            raise ValueError(f"unknown cell {cfg.cell!r}; expected one of {tuple(CELLS)}")
+        self.cfg = cfg
+        d, rnn = cfg.d_model, CELLS[cfg.cell]
+        between = cfg.dropout if cfg.n_layer > 1 else 0.0  # nn.RNN's dropout is between layers
+        self.src_emb = nn.Embedding(cfg.src_vocab_size, d)
+        self.tgt_emb = self.src_emb if cfg.shared_vocab else nn.Embedding(cfg.vocab_size, d)
+        self.encoder = rnn(d, d, cfg.n_layer, batch_first=True, bidirectional=True,
+                           dropout=between)  # fmt: skip
+        self.w_z = nn.Linear(2 * d, d)  # the two directions' final states -> z*
+        self.w_m = nn.Linear(2 * d, d)  # h_j (both directions) -> memory
+        self.w_h = nn.Linear(d, d, bias=False)  # attention: keys W_h h_j
+        self.w_s = nn.Linear(d, d)  # attention: query W_s s_{t-1}
+        self.v = nn.Linear(d, 1, bias=False)
+        self.decoder = rnn(2 * d, d, cfg.n_layer, batch_first=True, dropout=between)
+        self.w_o = nn.Linear(2 * d, d)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.lm_head.weight = self.tgt_emb.weight
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src: (B, S) ids, padding after each sentence -> the states (B, S, 2D) of both
+        directions, zero at padding, and the padding (B, S)."""
+        pad = src == self.cfg.pad_id
+        lengths = (~pad).sum(1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(self.drop(self.src_emb(src)), lengths, batch_first=True,
+                                      enforce_sorted=False)  # fmt: skip
+        h, _ = self.encoder(packed)
+        h, _ = pad_packed_sequence(h, batch_first=True, total_length=src.size(1))
+        return h, pad
+
+    def start(self, h: Tensor, pad: Tensor) -> RNNState:
+        """The decoder's state before its first token: s_0 = z* in every layer."""
+        d, last = self.cfg.d_model, (~pad).sum(1).clamp(min=1) - 1  # (B,) last real position
+        rows = torch.arange(len(h), device=h.device)
+        z = torch.tanh(self.w_z(torch.cat([h[rows, last, :d], h[:, 0, d:]], -1)))  # (B, D)
+        s = z.expand(self.cfg.n_layer, -1, -1).contiguous()  # (L, B, D)
+        hidden = (s, torch.zeros_like(s)) if self.cfg.cell == "lstm" else s
+        memory = self.w_m(h)  # (B, S, D)
+        return RNNState(hidden, memory, self.w_h(memory), pad, z)
+
+    def step(self, y: Tensor, state: RNNState) -> tuple[Tensor, RNNState]:
+        """One decoder step: the previous tokens y (B,) -> logits (B, K) of the next ones."""
+        h = state.hidden
+        s = (h[0] if isinstance(h, tuple) else h)[-1]  # s_{t-1} of the top layer: (B, D)
+        if self.cfg.attention:
+            scores = self.v(torch.tanh(state.keys + self.w_s(s)[:, None])).squeeze(-1)  # (B, S)
+            alpha = scores.masked_fill(state.pad, float("-inf")).softmax(-1)
+            c = (alpha[..., None] * state.memory).sum(1)  # (B, D)
+        else:
+            c = state.z
+        x = torch.cat([self.drop(self.tgt_emb(y)), c], -1)[:, None]  # (B, 1, 2D)
+        out, hidden = self.decoder(x, h)  # (B, 1, D)
+        o = torch.tanh(self.w_o(torch.cat([out[:, 0], c], -1)))  # (B, D)
+        state = RNNState(hidden, state.memory, state.keys, state.pad, state.z)
+        return self.lm_head(self.drop(o)), state
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing. src: (B, S), tgt_in: (B, T) -> logits (B, T, K) of the next target
+        token."""
+        state = self.start(*self.encode(src))
+        logits = []
+        for t in range(tgt_in.size(1)):
+            step_logits, state = self.step(tgt_in[:, t], state)
+            logits.append(step_logits)
+        return torch.stack(logits, 1)
