@@ -1,4 +1,5 @@
-"""Translate sentences with a trained model=seq2seq (or rnn_seq2seq) checkpoint; one line in, one line out.
+"""Translate sentences with a trained model=seq2seq (or rnn_seq2seq) checkpoint; one line in,
+one line out.
 
 echo "How are you?" | python -m src.translate ckpt=outputs/runs/<run>/checkpoints/last.ckpt
 python -m src.translate ckpt=... input=sentences.txt strategy=greedy
