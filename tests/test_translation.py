@@ -114,19 +114,17 @@ def test_decoder_is_causal_and_reads_the_source_but_not_its_padding(arch):
 
 
 def test_without_attention_the_rnn_decoder_sees_the_source_only_through_z():
-    net = model(RNN).net
-    src, tgt = torch.randint(6, 20, (2, 5)), torch.randint(6, 20, (2, 7))
+    net, attending = model(RNN).net, model({**RNN, "attention": True}).net
+    src = torch.randint(6, 20, (2, 5))
     with torch.no_grad():
-        h, pad = net.encode(src)
-        state = net.start(h, pad)
-        state.memory = torch.randn_like(state.memory)  # everything but z* scrambled
-        state.keys = torch.randn_like(state.keys)
-        logits = []
-        for t in range(tgt.size(1)):
-            step, state = net.step(tgt[:, t], state)
-            logits.append(step)
-        torch.testing.assert_close(torch.stack(logits, 1), net(src, tgt))
-        assert state.z.shape == (2, RNN["d_model"])  # one fixed vector per sentence
+        state = net.start(*net.encode(src))
+    assert state.z.shape == (2, RNN["d_model"])  # one fixed vector per sentence, and no more
+    assert state.memory is None and state.keys is None
+    extra = sum(p.numel() for p in attending.parameters()) - sum(
+        p.numel() for p in net.parameters()
+    )
+    d = RNN["d_model"]
+    assert extra == (2 * d * d + d) + d * d + (d * d + d) + d  # W_m, W_h, W_s, v
 
 
 def test_shared_vocabulary_ties_source_target_and_output_embeddings():
@@ -151,6 +149,14 @@ def test_batched_cached_translation_equals_one_sentence_at_a_time_uncached(strat
     assert out == m.translate(src, cfg, cache=False)
     assert [m.translate(src[i : i + 1], cfg)[0] for i in range(3)] == out  # rows independent
     assert all(len(t) <= NET["block_size"] - 1 and EOS_ID not in t for t in out)
+
+
+def test_the_translation_bench_buckets_sources_by_their_words():
+    from bench.translation import bucket
+
+    lengths = (1, 4, 5, 8, 9, 12, 13, 40)
+    assert [bucket(" ".join(["w"] * n)) for n in lengths] == [
+        "1-4", "1-4", "5-8", "5-8", "9-12", "9-12", "13+", "13+"]  # fmt: skip
 
 
 def test_scores_count_a_match_with_any_reference():

@@ -17,6 +17,7 @@ logits.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -46,16 +47,17 @@ class RNNState:
     """What one decoding step needs: the decoder's hidden state and the encoded source."""
 
     hidden: Tensor | tuple[Tensor, Tensor]  # s: (L, B, D); an LSTM's (h, c)
-    memory: Tensor  # h_j projected to D: (B, S, D)
-    keys: Tensor  # W_h h_j, computed once per sentence: (B, S, D)
-    pad: Tensor  # (B, S), True at padding
     z: Tensor  # z*: (B, D)
+    memory: Tensor | None = None  # attention: h_j projected to D, (B, S, D)
+    keys: Tensor | None = None  # attention: W_h h_j, computed once per sentence, (B, S, D)
+    pad: Tensor | None = None  # attention: (B, S), True at padding
 
     def reorder(self, index: Tensor) -> RNNState:
         """Keep the rows `index` (beam search's surviving hypotheses)."""
         h = self.hidden
         h = tuple(x[:, index] for x in h) if isinstance(h, tuple) else h[:, index]
-        return RNNState(h, self.memory[index], self.keys[index], self.pad[index], self.z[index])
+        rows = (t if t is None else t[index] for t in (self.z, self.memory, self.keys, self.pad))
+        return RNNState(h, *rows)
 
 
 class RNNSeq2Seq(nn.Module):
@@ -73,10 +75,11 @@ class RNNSeq2Seq(nn.Module):
         self.encoder = rnn(d, d, cfg.n_layer, batch_first=True, bidirectional=True,
                            dropout=between)  # fmt: skip
         self.w_z = nn.Linear(2 * d, d)  # the two directions' final states -> z*
-        self.w_m = nn.Linear(2 * d, d)  # h_j (both directions) -> memory
-        self.w_h = nn.Linear(d, d, bias=False)  # attention: keys W_h h_j
-        self.w_s = nn.Linear(d, d)  # attention: query W_s s_{t-1}
-        self.v = nn.Linear(d, 1, bias=False)
+        if cfg.attention:
+            self.w_m = nn.Linear(2 * d, d)  # h_j (both directions) -> memory
+            self.w_h = nn.Linear(d, d, bias=False)  # keys W_h h_j
+            self.w_s = nn.Linear(d, d)  # query W_s s_{t-1}
+            self.v = nn.Linear(d, 1, bias=False)
         self.decoder = rnn(2 * d, d, cfg.n_layer, batch_first=True, dropout=between)
         self.w_o = nn.Linear(2 * d, d)
         self.drop = nn.Dropout(cfg.dropout)
@@ -102,8 +105,10 @@ class RNNSeq2Seq(nn.Module):
         z = torch.tanh(self.w_z(torch.cat([h[rows, last, :d], h[:, 0, d:]], -1)))  # (B, D)
         s = z.expand(self.cfg.n_layer, -1, -1).contiguous()  # (L, B, D)
         hidden = (s, torch.zeros_like(s)) if self.cfg.cell == "lstm" else s
+        if not self.cfg.attention:  # the decoder sees the source through z* alone
+            return RNNState(hidden, z)
         memory = self.w_m(h)  # (B, S, D)
-        return RNNState(hidden, memory, self.w_h(memory), pad, z)
+        return RNNState(hidden, z, memory, self.w_h(memory), pad)
 
     def step(self, y: Tensor, state: RNNState) -> tuple[Tensor, RNNState]:
         """One decoder step: the previous tokens y (B,) -> logits (B, K) of the next ones."""
@@ -118,8 +123,7 @@ class RNNSeq2Seq(nn.Module):
         x = torch.cat([self.drop(self.tgt_emb(y)), c], -1)[:, None]  # (B, 1, 2D)
         out, hidden = self.decoder(x, h)  # (B, 1, D)
         o = torch.tanh(self.w_o(torch.cat([out[:, 0], c], -1)))  # (B, D)
-        state = RNNState(hidden, state.memory, state.keys, state.pad, state.z)
-        return self.lm_head(self.drop(o)), state
+        return self.lm_head(self.drop(o)), dataclasses.replace(state, hidden=hidden)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing. src: (B, S), tgt_in: (B, T) -> logits (B, T, K) of the next target
