@@ -159,6 +159,25 @@ def test_the_translation_bench_buckets_sources_by_their_words():
         "1-4", "1-4", "5-8", "5-8", "9-12", "9-12", "13+", "13+"]  # fmt: skip
 
 
+def test_cross_attention_maps_align_the_translation_with_its_source():
+    src = torch.randint(6, 20, (1, 5))
+    maps, tgt_in = model().cross_attention(src, max_new_tokens=4)
+    assert len(maps) == NET["n_layer"] and tgt_in[0, 0] == EOS_ID
+    for w in maps:  # (H, T, S): each target token's weights over the source tokens
+        assert w.shape == (NET["n_head"], tgt_in.size(1), 5)
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:2]))
+    assert model(RNN).cross_attention(src)[0] == []
+
+
+def test_plot_labels_are_the_tokens_text():
+    from src.data.text import train_tokenizer
+    from src.utils.callbacks import readable
+
+    tok = train_tokenizer("bpe", ["the cat sat on the mat"] * 20, vocab_size=300)
+    ids = tok.encode("the cat").ids
+    assert readable(tok, ids) == ["the", " cat"]  # not "Ġcat"
+
+
 def test_scores_count_a_match_with_any_reference():
     s = corpus_scores(["the cat sat on the mat", "a dog"],
                       [["the cat sat on the mat"], ["one dog", "a dog"]])  # fmt: skip
@@ -202,6 +221,7 @@ def test_a_users_tsv_trains_and_is_scored(trained):
     assert "target_tokenizer" in ckpt["TranslationDataModule"]
     samples = (run / "samples.txt").read_text(encoding="utf-8").splitlines()
     assert len(samples) == 5 and all(len(line.split("\t")) == 3 for line in samples)
+    assert (run / "attention.png").stat().st_size > 10_000  # cross-attention, target x source
 
 
 def test_translate_cli_keeps_one_line_per_line(trained):

@@ -29,6 +29,7 @@ from src.data.text import PAD_ID
 from src.data.translation import EOS_ID, IGNORE, pad
 from src.models.base import TransformerModule
 from src.models.generation import GenerationConfig, RecurrentDecoder, TokenDecoder, generate
+from src.nn.attention import record_attention
 from src.nn.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
 from src.nn.transformer import TokenTransformer, TokenTransformerConfig
 
@@ -185,6 +186,20 @@ class Seq2SeqLitModule(TransformerModule):
         start = src.new_full((len(src), 1), EOS_ID)
         out = generate(self.net.next_token_logits(z, pad, cache), start, cfg)
         return [until_eos(row[1:]) for row in out.tolist()]
+
+    @torch.no_grad()
+    def cross_attention(self, src: Tensor, max_new_tokens: int = 24) -> tuple[list[Tensor], Tensor]:
+        """src: (1, S) -> the decoder's cross-attention weights, (H, T, S) per layer, over its
+        own greedy translation (1, T) (start token first): how it aligns target to source
+        tokens. The RNN has no multi-head attention: ([], its start token)."""
+        if not isinstance(self.net, Seq2Seq):
+            return [], src.new_full((1, 1), EOS_ID)
+        cfg = dataclasses.replace(self.generation, strategy="greedy", max_new_tokens=max_new_tokens)
+        tgt_in = src.new_tensor([[EOS_ID, *self.translate(src, cfg)[0]]])  # (1, T)
+        layers = nn.ModuleList(layer.cross_attn for layer in self.net.decoder.transformer.layers)
+        with record_attention(layers) as maps:
+            self.net(src, tgt_in)
+        return [m[0] for m in maps], tgt_in
 
     def translate_texts(self, sources: list[str], cfg: GenerationConfig | None = None,
                         batch_size: int = 64) -> list[str]:  # fmt: skip

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
+from src.data.text import PAD_ID
+
 log = logging.getLogger(__name__)
 
 
@@ -191,7 +193,9 @@ class TextSamples(pl.Callback):
 class AttentionMaps(pl.Callback):
     """After each validation, plots the attention weights of every layer and head for the first
     `tokens` tokens of the validation split: `<run dir>/attention.png`, and an image in wandb.
-    Does nothing for models without MultiHeadAttention."""
+    A translation model shows its decoder's cross-attention instead, its greedy translation of
+    the first validation source against that source's tokens: the soft alignment of target to
+    source words. Does nothing for models without MultiHeadAttention."""
 
     def __init__(self, tokens: int = 24):
         self.tokens = tokens
@@ -205,20 +209,39 @@ class AttentionMaps(pl.Callback):
             return
         x = token_ids(next(iter(trainer.datamodule.val_dataloader())))
         x = x[:1, : self.tokens].to(pl_module.device)  # (1, T)
-        with record_attention(pl_module) as maps:
-            pl_module(x)
+        queries = None
+        if hasattr(pl_module, "cross_attention"):  # translation: target x source tokens
+            x = x[:, : int((x[0] != PAD_ID).sum())]  # the sentence without its padding
+            maps, y = pl_module.cross_attention(x, max_new_tokens=self.tokens)
+            queries = readable(trainer.datamodule.target_tokenizer, y[0].tolist())
+        else:
+            with record_attention(pl_module) as maps:
+                pl_module(x)
+            maps = [m[0] for m in maps]
         if not maps:
             return
-        labels = [tokenizer.id_to_token(i) for i in x[0].tolist()]
         path = Path(trainer.default_root_dir) / "attention.png"
-        plot_attention([m[0].float().cpu() for m in maps], labels, path, trainer.global_step)
+        keys = readable(tokenizer, x[0].tolist())
+        plot_attention([m.float().cpu() for m in maps], keys, path, trainer.global_step, queries)
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):  # WandbLogger
                 logger.log_image("val/attention", [str(path)])
 
 
-def plot_attention(maps: list[torch.Tensor], labels: list[str], path: Path, step: int) -> None:
-    """maps: one (H, T, T) tensor per layer -> a layers x heads grid of heat maps."""
+def readable(tokenizer, ids: list[int]) -> list[str]:
+    """Each token as the text it stands for (byte-level BPE's "Ġ" marker as the space it is)."""
+    return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+
+
+def plot_attention(
+    maps: list[torch.Tensor],
+    labels: list[str],
+    path: Path,
+    step: int,
+    query_labels: list[str] | None = None,
+) -> None:
+    """maps: one (H, T_q, T_k) tensor per layer -> a layers x heads grid of heat maps; labels
+    name the keys, and the queries too unless query_labels (cross-attention) are given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -229,11 +252,12 @@ def plot_attention(maps: list[torch.Tensor], labels: list[str], path: Path, step
         n_layers, n_heads, figsize=(2.2 * n_heads, 2.2 * n_layers), squeeze=False
     )
     ticks = [repr(t)[1:-1] for t in labels]  # show "\n" and spaces visibly
+    rows = ticks if query_labels is None else [repr(t)[1:-1] for t in query_labels]
     for layer, heads in enumerate(maps):
         for h, ax in enumerate(axes[layer]):
             ax.imshow(heads[h], cmap="viridis", vmin=0, vmax=1)
             ax.set_xticks(range(len(ticks)), ticks, fontsize=4, rotation=90)
-            ax.set_yticks(range(len(ticks)), ticks, fontsize=4)
+            ax.set_yticks(range(len(rows)), rows, fontsize=4)
             ax.set_title(f"layer {layer + 1}, head {h + 1}", fontsize=6)
     fig.suptitle(f"attention weights (rows: queries, columns: keys), step {step}", fontsize=8)
     fig.tight_layout()
