@@ -86,6 +86,8 @@ class RNNSeq2Seq(nn.Module):
         self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
             self.lm_head.weight = self.tgt_emb.weight
+        for emb in {self.src_emb, self.tgt_emb}:  # std 1/sqrt(D), not 1: the tied output layer
+            nn.init.normal_(emb.weight, std=d**-0.5)  # then starts at logits of unit scale
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src: (B, S) ids, padding after each sentence -> the states (B, S, 2D) of both
