@@ -207,14 +207,16 @@ class AttentionMaps(pl.Callback):
         tokenizer = getattr(trainer.datamodule, "tokenizer", None)
         if trainer.sanity_checking or not trainer.is_global_zero or tokenizer is None:
             return
-        x = token_ids(next(iter(trainer.datamodule.val_dataloader())))
-        x = x[:1, : self.tokens].to(pl_module.device)  # (1, T)
+        x = token_ids(next(iter(trainer.datamodule.val_dataloader()))).to(pl_module.device)
         queries = None
         if hasattr(pl_module, "cross_attention"):  # translation: target x source tokens
-            x = x[:, : int((x[0] != PAD_ID).sum())]  # the sentence without its padding
+            lengths = (x != PAD_ID).sum(1)  # the batch's longest sentence, without padding
+            i = int(lengths.argmax())
+            x = x[i : i + 1, : min(int(lengths[i]), self.tokens)]  # (1, S)
             maps, y = pl_module.cross_attention(x, max_new_tokens=self.tokens)
             queries = readable(trainer.datamodule.target_tokenizer, y[0].tolist())
         else:
+            x = x[:1, : self.tokens]  # (1, T)
             with record_attention(pl_module) as maps:
                 pl_module(x)
             maps = [m[0] for m in maps]
@@ -259,7 +261,8 @@ def plot_attention(
             ax.set_xticks(range(len(ticks)), ticks, fontsize=4, rotation=90)
             ax.set_yticks(range(len(rows)), rows, fontsize=4)
             ax.set_title(f"layer {layer + 1}, head {h + 1}", fontsize=6)
-    fig.suptitle(f"attention weights (rows: queries, columns: keys), step {step}", fontsize=8)
+    axes_names = "queries, columns: keys" if query_labels is None else "target, columns: source"
+    fig.suptitle(f"attention weights (rows: {axes_names}), step {step}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)
