@@ -61,20 +61,13 @@ def evaluate(run_dir: Path) -> dict:
     """The best checkpoint's test translations, greedy and beam: scores overall and by bucket."""
     from omegaconf import OmegaConf
 
-    from src.data.text import load_tokenizer
     from src.data.translation import references
-    from src.models.seq2seq import Seq2SeqLitModule, corpus_scores, translate_texts
-    from src.utils.checkpoint import load_checkpoint
+    from src.models.seq2seq import corpus_scores, load_translator, translate_texts
 
     best = sorted((run_dir / "checkpoints").glob("best-*.ckpt")) or [
         run_dir / "checkpoints/last.ckpt"
     ]
-    ckpt = load_checkpoint(best[-1], expected_class="src.models.seq2seq.Seq2SeqLitModule")
-    model = Seq2SeqLitModule(**ckpt["hyper_parameters"])
-    model.load_state_dict(ckpt["state_dict"])
-    model.eval()
-    state = ckpt["TranslationDataModule"]
-    src_tok, tgt_tok = load_tokenizer(state["tokenizer"]), load_tokenizer(state["target_tokenizer"])
+    model, src_tok, tgt_tok = load_translator(best[-1])
     data = OmegaConf.load(run_dir / "config.yaml").data
     sources, refs = references(ROOT / data.processed_dir / "test.tsv")
     result = {"parameters": sum(p.numel() for p in model.parameters())}

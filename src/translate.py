@@ -22,17 +22,10 @@ register_resolvers()
 def translate(cfg: DictConfig, lines: list[str]) -> list[str]:
     import torch
 
-    from src.data.text import load_tokenizer
     from src.models.generation import GenerationConfig
-    from src.models.seq2seq import Seq2SeqLitModule, translate_texts
-    from src.utils.checkpoint import load_checkpoint
+    from src.models.seq2seq import load_translator, translate_texts
 
-    ckpt = load_checkpoint(cfg.ckpt, expected_class="src.models.seq2seq.Seq2SeqLitModule")
-    model = Seq2SeqLitModule(**ckpt["hyper_parameters"])
-    model.load_state_dict(ckpt["state_dict"])
-    model.to(cfg.device).eval()
-    state = ckpt["TranslationDataModule"]
-    src_tok, tgt_tok = load_tokenizer(state["tokenizer"]), load_tokenizer(state["target_tokenizer"])
+    model, src_tok, tgt_tok = load_translator(cfg.ckpt, cfg.device)
     gen = GenerationConfig.from_settings(cfg, eos_id=model.generation.eos_id)
     torch.manual_seed(cfg.seed)
     todo = [i for i, line in enumerate(lines) if line.strip()]  # blank lines stay blank

@@ -237,6 +237,20 @@ class Seq2SeqLitModule(TransformerModule):
                                 data=rows)  # fmt: skip
 
 
+def load_translator(path, device: str = "cpu"):
+    """A translation checkpoint (model=seq2seq or rnn_seq2seq) -> (model in eval mode, source
+    tokenizer, target tokenizer); loaded with weights_only=True."""
+    from src.data.text import load_tokenizer
+    from src.utils.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(path, expected_class="src.models.seq2seq.Seq2SeqLitModule")
+    model = Seq2SeqLitModule(**ckpt["hyper_parameters"])
+    model.load_state_dict(ckpt["state_dict"])
+    state = ckpt["TranslationDataModule"]
+    tokenizers = (load_tokenizer(state["tokenizer"]), load_tokenizer(state["target_tokenizer"]))
+    return model.to(device).eval(), *tokenizers
+
+
 def translate_texts(
     model: Seq2SeqLitModule,
     src_tok,
