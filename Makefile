@@ -37,6 +37,7 @@ repro: $(STAMP)
 
 ## the benchmarks behind the README's tables (bench/dvc.yaml, hours on a CPU), after the pipeline
 bench: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev,bench]"
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro bench/dvc.yaml $(ARGS)
 
 clean:

@@ -62,7 +62,7 @@ def evaluate(run_dir: Path) -> dict:
     from omegaconf import OmegaConf
 
     from src.data.translation import references
-    from src.models.seq2seq import corpus_scores, load_translator, translate_texts
+    from src.models.seq2seq import load_translator, translate_texts
 
     best = sorted((run_dir / "checkpoints").glob("best-*.ckpt")) or [
         run_dir / "checkpoints/last.ckpt"
@@ -70,11 +70,24 @@ def evaluate(run_dir: Path) -> dict:
     model, src_tok, tgt_tok = load_translator(best[-1])
     data = OmegaConf.load(run_dir / "config.yaml").data
     sources, refs = references(ROOT / data.processed_dir / "test.tsv")
-    result = {"parameters": sum(p.numel() for p in model.parameters())}
-    for strategy in ("greedy", "beam"):
+
+    def translate(batch: list[str], strategy: str) -> list[str]:
         cfg = dataclasses.replace(model.generation, strategy=strategy)
+        return translate_texts(model, src_tok, tgt_tok, batch, cfg, batch_size=64)
+
+    return {"parameters": sum(p.numel() for p in model.parameters()),
+            **score_decodings(translate, sources, refs)}  # fmt: skip
+
+
+def score_decodings(translate, sources: list[str], refs: list[list[str]]) -> dict:
+    """translate(sources, "greedy" | "beam") -> hypotheses; per strategy, corpus BLEU, chrF and
+    exact match, BLEU by source-length bucket, and sentences per second."""
+    from src.models.seq2seq import corpus_scores
+
+    result = {}
+    for strategy in ("greedy", "beam"):
         t0 = time.perf_counter()
-        hyps = translate_texts(model, src_tok, tgt_tok, sources, cfg, batch_size=64)
+        hyps = translate(sources, strategy)
         seconds = time.perf_counter() - t0
         by_bucket = {}
         for b in {bucket(s) for s in sources}:

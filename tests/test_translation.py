@@ -258,6 +258,32 @@ def test_the_rnn_baseline_trains_and_translates_through_the_entry_points(trained
     assert len(proc.stdout.split("\n")[:-1]) == 3
 
 
+def test_the_marian_peer_trains_on_our_batches_and_translates(trained):
+    """bench/translation_peer.py: HF's MarianMTModel of our size, our recipe and data module, HF's
+    greedy and beam decoding (where the bench extra, transformers, is installed)."""
+    pytest.importorskip("transformers")
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from bench.translation_peer import marian, train_marian, translator
+    from src.data.translation import PAD_ID
+
+    _, pairs, run = trained
+    cfg = OmegaConf.load(run / "config.yaml")
+    cfg.model.optim.decay_steps = 4
+    data = instantiate(cfg.data)
+    data.setup("fit")
+    net = {**OmegaConf.to_container(cfg.model.net), "d_model": 16, "n_head": 2}
+    peer = marian(net, data.model_kwargs["vocab_size"], PAD_ID, EOS_ID)
+    seconds, tokens_per_sec = train_marian(peer, data, cfg, steps=4)
+    assert seconds > 0 and tokens_per_sec > 0
+    translate = translator(peer, data, cfg.model.generation)
+    sources = [s for s, _ in pairs[:3]]
+    for strategy in ("greedy", "beam"):
+        hyps = translate(sources, strategy)
+        assert len(hyps) == 3 and all(isinstance(h, str) for h in hyps)
+
+
 def test_a_malformed_tsv_stops_with_its_line_number(tmp_path):
     f = tmp_path / "bad.tsv"
     f.write_text("one\téén\ntwo twee\n", encoding="utf-8")

@@ -1,0 +1,203 @@
+"""English -> Dutch translation, side by side with a peer: this project's encoder-decoder
+Transformer (`model=seq2seq`, trained through `python -m src.train`) and HF transformers'
+`MarianMTModel`, the architecture of the opus-mt models, configured to the same size and trained
+from scratch in the same run: same split, same BPE tokenizer and batches, same steps, AdamW
+with the same warm-up, cosine decay and label smoothing. Only the network and its decoding
+(HF's `generate`, beam search with the same width and length penalty) differ; both are scored by
+the same sacrebleu call. Marian's layers are post-norm (the original Transformer's), ours
+pre-norm by default.
+
+    python -m bench.translation_peer [--steps 3000] [--out DIR] [--json FILE] [KEY=VALUE ...]
+
+Needs the bench extra (`pip install -e ".[bench]"`, which adds transformers). Prints, per model
+and decoding, test BLEU, chrF, exact match and sentences/s, then parameters, training seconds
+(ours: the whole `src.train` process, with start-up, val BLEU and the test split's decoding;
+Marian's: its loop with val loss) and source tokens per second of training steps, the
+comparable speed; the last line printed is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from bench.translation import ROOT, score_decodings, train
+
+IGNORE = -100  # the label of padding (src.data.translation)
+
+
+def marian(net: dict, vocab_size: int, pad_id: int, eos_id: int):
+    """A MarianMTModel of our net's size: L encoder and L decoder layers of width D, H heads,
+    a 4D (or d_ff) MLP, sinusoidal positions, one vocabulary tied across encoder, decoder and
+    output; randomly initialised."""
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=vocab_size,
+        d_model=net["d_model"],
+        encoder_layers=net["n_layer"],
+        decoder_layers=net["n_layer"],
+        encoder_attention_heads=net["n_head"],
+        decoder_attention_heads=net["n_head"],
+        encoder_ffn_dim=net["d_ff"] or 4 * net["d_model"],
+        decoder_ffn_dim=net["d_ff"] or 4 * net["d_model"],
+        max_position_embeddings=net["block_size"],
+        activation_function=net["activation"],
+        dropout=net["dropout"],
+        scale_embedding=True,  # token embeddings times sqrt(D), as ours with sinusoidal positions
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        forced_eos_token_id=None,
+        decoder_start_token_id=eos_id,  # our decoder input starts with the end token too
+    )
+    return MarianMTModel(config)
+
+
+def train_marian(model, data, cfg, steps: int) -> tuple[float, float]:
+    """Our recipe on the peer's network: AdamW (matrices decayed), warm-up and cosine decay,
+    label-smoothed cross-entropy; the weights of the best val loss, checked once per epoch as
+    Lightning does for ours, are kept. Returns (seconds with validation, source tokens per second
+    of the training steps alone)."""
+    from src.models.base import adamw, warmup_cosine
+
+    o = cfg.model.optim
+    opt = adamw(model, o)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, warmup_cosine(o.warmup_steps, o.decay_steps, o.min_lr / o.lr)
+    )
+    epoch = len(data.train_dataloader())
+    best, best_loss, tokens, seconds, start = None, float("inf"), 0, 0.0, time.perf_counter()
+    batches = itertools.chain.from_iterable(data.train_dataloader() for _ in itertools.count())
+    for step, batch in enumerate(itertools.islice(batches, steps), start=1):
+        t0 = time.perf_counter()
+        model.train()
+        loss = loss_of(model, batch, cfg.model.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        seconds += time.perf_counter() - t0
+        tokens += batch["input_ids"].numel()
+        if step % epoch == 0 or step == steps:
+            val = validation_loss(model, data, cfg.model.label_smoothing)
+            print(f"marian step {step}: train loss {loss.item():.3f}, val loss {val:.3f}",
+                  flush=True)  # fmt: skip
+            if val < best_loss:
+                best_loss, best = val, {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(best)
+    return time.perf_counter() - start, tokens / seconds
+
+
+def loss_of(model, batch: dict, label_smoothing: float) -> torch.Tensor:
+    ids = batch["input_ids"]  # (B, S)
+    logits = model(
+        input_ids=ids,
+        attention_mask=ids != model.config.pad_token_id,
+        decoder_input_ids=batch["decoder_input_ids"],
+    ).logits  # (B, T, K) fmt: skip
+    return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(),
+                           ignore_index=IGNORE, label_smoothing=label_smoothing)  # fmt: skip
+
+
+@torch.no_grad()
+def validation_loss(model, data, label_smoothing: float) -> float:
+    model.eval()
+    total = count = 0
+    for batch in data.val_dataloader():
+        n = int((batch["labels"] != IGNORE).sum())
+        total += loss_of(model, batch, label_smoothing).item() * n
+        count += n
+    return total / count
+
+
+def translator(model, data, generation: dict):
+    """translate(sources, strategy) through HF's generate, for score_decodings."""
+    from src.data.translation import pad
+    from src.models.seq2seq import until_eos
+
+    src_tok, tgt_tok = data.tokenizer, data.target_tokenizer
+    window, pad_id = model.config.max_position_embeddings, model.config.pad_token_id
+
+    @torch.no_grad()
+    def translate(sources: list[str], strategy: str) -> list[str]:
+        model.eval()
+        beam = (
+            {"num_beams": generation["beam_width"], "length_penalty": generation["length_penalty"]}
+            if strategy == "beam"
+            else {}
+        )
+        out = []
+        for i in range(0, len(sources), 64):
+            ids = [e.ids[:window] for e in src_tok.encode_batch(sources[i : i + 64])]
+            src = pad(ids, pad_id)  # (B, S)
+            hyp = model.generate(input_ids=src, attention_mask=src != pad_id, do_sample=False,
+                                 max_new_tokens=window - 1, **beam)  # fmt: skip
+            # drop the start token; stop at the end token
+            out += tgt_tok.decode_batch([until_eos(row[1:]) for row in hyp.tolist()])
+        return out
+
+    return translate
+
+
+def main() -> None:
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from src.data.translation import EOS_ID, PAD_ID, references
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--steps", type=int, default=3000, help="training steps of both models")
+    p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/translation_peer")
+    p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
+    p.add_argument("overrides", nargs="*", help="more key=value for our run (and its data)")
+    args = p.parse_args()
+
+    from bench.translation import evaluate
+
+    run_dir, ours_seconds = train("transformer", args.steps, args.out.resolve(), args.overrides)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    results = {"ours": {**evaluate(run_dir), "train_seconds": round(ours_seconds, 1),
+                        "tokens_per_sec": metrics.get("train/tokens_per_sec")}}  # fmt: skip
+
+    # the peer: the same data module (split, tokenizer, batches) and recipe, from our run's config
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    torch.manual_seed(cfg.seed)
+    data = instantiate(cfg.data, processed_dir=str(ROOT / cfg.data.processed_dir))
+    data.setup("fit")
+    model = marian(OmegaConf.to_container(cfg.model.net), data.model_kwargs["vocab_size"],
+                   PAD_ID, EOS_ID)  # fmt: skip
+    seconds, tokens_per_sec = train_marian(model, data, cfg, args.steps)
+    sources, refs = references(ROOT / cfg.data.processed_dir / "test.tsv")
+    translate = translator(model, data, cfg.model.generation)
+    results["marian"] = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        **score_decodings(translate, sources, refs),
+        "train_seconds": round(seconds, 1),
+        "tokens_per_sec": tokens_per_sec,
+    }
+
+    print(f"\n{'model':<8} {'decoding':<8} {'BLEU':>6} {'chrF':>6} {'exact':>6}  sent/s")
+    for name, r in results.items():
+        for strategy in ("greedy", "beam"):
+            s = r[strategy]
+            print(f"{name:<8} {strategy:<8} {s['bleu']:6.1f} {s['chrf']:6.1f} "
+                  f"{s['exact']:6.3f}  {s['sentences_per_sec']:6.1f}")  # fmt: skip
+    print(f"\n{'model':<8} {'parameters':>11} {'train s':>8} {'tokens/s':>9}")
+    for name, r in results.items():
+        print(f"{name:<8} {r['parameters']:>11,} {r['train_seconds']:>8.0f} "
+              f"{r['tokens_per_sec'] or 0:>9.0f}")  # fmt: skip
+    summary = {"bench": "translation_peer", "steps": args.steps, "models": results}
+    print(json.dumps(summary))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
