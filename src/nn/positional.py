@@ -32,6 +32,24 @@ class SinusoidalPositionalEncoding(nn.Module):
         return self.r[positions]
 
 
+class SinusoidalPositionalEncoding2D(nn.Module):
+    """Fixed encoding of a grid's cells in raster order (image patches): the first D/2 values are
+    eq. (12.25)'s encoding of the row, the last D/2 that of the column."""
+
+    def __init__(self, d_model: int, grid: tuple[int, int], base: float = 10000.0):
+        super().__init__()
+        rows, cols = grid
+        half = SinusoidalPositionalEncoding(d_model // 2, max(rows, cols), base).r  # (R, D/2)
+        r = torch.cat(
+            [half[:rows, None].expand(rows, cols, -1), half[None, :cols].expand(rows, cols, -1)],
+            dim=-1,
+        )  # (rows, cols, D)
+        self.register_buffer("r", r.reshape(rows * cols, -1), persistent=False)
+
+    def forward(self, positions: Tensor) -> Tensor:  # (N,) -> (N, D)
+        return self.r[positions]
+
+
 class LearnedPositionalEncoding(nn.Module):
     """One trainable vector per position (as in GPT and BERT); cannot extrapolate past max_len."""
 

@@ -1,0 +1,336 @@
+"""Labelled images for the vision models (Bishop 12.4.1): one data module, several readers, no
+torchvision (it does not install beside the pinned CPU torch).
+
+Sources (`source`):
+  digits   scikit-learn's 8 x 8 handwritten digits (1,797 images, always installed): the default
+  mnist    MNIST's IDX files, `{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]` in `root` (MNIST,
+           Fashion-MNIST, Kannada-MNIST, ... share the format); without `root`, MNIST fetched once
+  cifar10  CIFAR-10's python batches (`cifar-10-batches-py/` in `root`, or fetched once)
+  folder   `root/<class>/*.png|jpg|...`: any images in class sub-folders, read with Pillow,
+           converted to `mode` (L or RGB) and, when `image_size` is set, resized to it
+
+Preparation (the DVC stage `prepare_images`, or the first run; skipped while the settings
+fingerprint in meta.json matches):
+  the reader's images as uint8 (N, C, H, W) and their labels -> splits: a source's own test set
+  stays the test set and val is a seeded stratified share of its train set; a source of one set
+  (digits, a folder, MNIST's t10k files alone) is split train/val/test by `splits`, seeded and
+  stratified -> per-channel mean and std of the train images -> written atomically into
+  `processed_dir`:
+
+    {split}_x.npy   uint8 images (N, C, H, W), read as memory maps
+    {split}_y.npy   int64 labels (N,)
+    meta.json       classes, image size, channels, mean, std, counts per split
+
+Batches are (x, y): x (B, C, H, W) float, normalised with the train statistics; training images
+are shifted at random by up to `shift` pixels each way (zeros come in at the border), the
+augmentation small data needs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from src.data.sources import fetch
+from src.data.text import SPLITS
+from src.data.text_cls import atomic_dir
+from src.utils.errors import PipelineError
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when the processed layout changes
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
+Images = tuple[np.ndarray, np.ndarray, list[str]]  # uint8 (N, C, H, W), int64 (N,), class names
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def read_digits() -> Images:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = np.round(d.images * (255 / 16)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, (N, 1, 8, 8)
+    return x, d.target.astype(np.int64), [str(c) for c in d.target_names]
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file (LeCun's format: magic 0x0000 08 <dims>, big-endian sizes, uint8 data), plain
+    or gzipped -> its array."""
+    try:
+        raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
+    except (OSError, EOFError) as e:
+        raise PipelineError(f"{path}: not a readable IDX file ({e})") from None
+    if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] != 0x08:
+        raise PipelineError(f"{path}: not an IDX file of unsigned bytes")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
+    if data.size != np.prod(shape):
+        raise PipelineError(f"{path}: truncated, {data.size} bytes for a {shape} array")
+    return data.reshape(shape)
+
+
+def idx_file(root: Path, prefix: str, kind: str) -> Path | None:
+    """root/{prefix}-{kind}-idx?-ubyte[.gz], or None."""
+    found = sorted(root.glob(f"{prefix}-{kind}-idx*-ubyte*"))
+    return found[0] if found else None
+
+
+def read_mnist(root: Path) -> tuple[Images, Images | None]:
+    """(the test set, the train set or None): MNIST's layout, t10k-* and train-*."""
+    sets = []
+    for prefix in ("t10k", "train"):
+        images, labels = idx_file(root, prefix, "images"), idx_file(root, prefix, "labels")
+        if images is None or labels is None:
+            sets.append(None)
+            continue
+        x, y = read_idx(images), read_idx(labels).astype(np.int64)
+        if x.ndim != 3 or len(x) != len(y):
+            raise PipelineError(f"{images}: {x.shape} images for {len(y)} labels")
+        sets.append((x[:, None], y, [str(c) for c in range(int(y.max()) + 1)]))
+    if sets[0] is None:
+        raise PipelineError(f"{root}: no t10k-images-idx3-ubyte[.gz] with its t10k-labels file")
+    return sets[0], sets[1]
+
+
+def read_cifar10(root: Path) -> tuple[Images, Images]:
+    """(test, train) from CIFAR-10's python pickles."""
+    folder = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
+
+    def batch(name: str) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            with open(folder / name, "rb") as f:
+                d = pickle.load(f, encoding="bytes")  # the dataset's own format: trusted files
+        except (OSError, pickle.UnpicklingError, EOFError) as e:
+            raise PipelineError(f"{folder / name}: not a CIFAR-10 batch ({e})") from None
+        return d[b"data"].reshape(-1, 3, 32, 32), np.asarray(d[b"labels"], np.int64)
+
+    meta = pickle.loads((folder / "batches.meta").read_bytes(), encoding="bytes")
+    names = [n.decode() for n in meta[b"label_names"]]
+    train = [batch(f"data_batch_{i}") for i in range(1, 6)]
+    x, y = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
+    return (*batch("test_batch"), names), (x, y, names)
+
+
+def read_folder(root: Path, mode: str, image_size: tuple[int, int] | None) -> Images:
+    """root/<class>/<image>: every image converted to `mode`, resized to image_size if given
+    (else all must share one size)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if mode not in ("L", "RGB"):
+        raise PipelineError(f"data.mode={mode!r}: choose L (grey) or RGB")
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if not classes:
+        raise PipelineError(f"{root}: no class sub-folders (root/<class>/<image files>)")
+    x, y, sizes = [], [], {}
+    for label, name in enumerate(classes):
+        files = sorted(f for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise PipelineError(f"{root / name}: an empty class folder (no image files)")
+        for f in files:
+            try:
+                with Image.open(f) as im:
+                    im = im.convert(mode)
+                    if image_size is not None:
+                        im = im.resize((image_size[1], image_size[0]), Image.BILINEAR)
+                    a = np.asarray(im, dtype=np.uint8)
+            except (OSError, UnidentifiedImageError) as e:
+                raise PipelineError(f"{f}: not a readable image ({e})") from None
+            sizes.setdefault(a.shape[:2], f)
+            x.append(a[None] if a.ndim == 2 else a.transpose(2, 0, 1))
+            y.append(label)
+    if len(sizes) > 1:
+        (s1, f1), (s2, f2) = list(sizes.items())[:2]
+        raise PipelineError(
+            f"images of mixed sizes ({f1}: {s1[0]}x{s1[1]}, {f2}: {s2[0]}x{s2[1]}); set "
+            "data.image_size=[H,W] to resize them all"
+        )
+    return np.stack(x), np.asarray(y, np.int64), classes
+
+
+# --------------------------------------------------------------------------- splits
+
+
+def stratified_split(y: np.ndarray, fractions, seed: int) -> list[np.ndarray]:
+    """Indices of len(fractions) parts, each holding every class in proportion (seeded)."""
+    rng = np.random.default_rng(seed)
+    parts = [[] for _ in fractions]
+    bounds = np.cumsum(fractions)[:-1] / np.sum(fractions)
+    for c in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == c))
+        cuts = np.round(bounds * len(members)).astype(int)
+        for part, chunk in zip(parts, np.split(members, cuts), strict=True):
+            part.append(chunk)
+    return [np.sort(np.concatenate(p)) for p in parts]
+
+
+class ImageSplit(Dataset):
+    """One split's images as float tensors normalised by the train mean and std; with shift > 0,
+    each image moved by a random offset in [-shift, shift] pixels along each axis."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, mean, std, shift: int = 0, seed: int = 0):
+        self.x, self.y, self.shift = x, y, shift
+        self.mean = torch.tensor(mean, dtype=torch.float32)[:, None, None]  # (C, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32)[:, None, None]
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        img = torch.from_numpy(np.array(self.x[i], dtype=np.float32))  # (C, H, W)
+        if self.shift:
+            s = self.shift
+            dy, dx = self.rng.integers(-s, s + 1, size=2)
+            padded = torch.nn.functional.pad(img, (s, s, s, s))
+            h, w = img.shape[1:]
+            img = padded[:, s + dy : s + dy + h, s + dx : s + dx + w]
+        return (img - self.mean) / self.std, int(self.y[i])
+
+
+class ImageDataModule(pl.LightningDataModule):
+    """Images and class labels from one of the readers above (see the module docstring)."""
+
+    def __init__(
+        self,
+        processed_dir: str,
+        source: str = "digits",
+        name: str | None = None,
+        root: str | None = None,
+        raw_dir: str = "data/raw",
+        mirror: str | None = None,
+        mode: str = "L",
+        image_size: tuple[int, int] | None = None,
+        splits: tuple[float, float, float] = (0.8, 0.1, 0.1),
+        split_seed: int = 0,
+        shift: int = 0,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        if source not in ("digits", "mnist", "cifar10", "folder"):
+            raise PipelineError(f"data.source={source!r}: choose digits, mnist, cifar10 or folder")
+        if source == "folder" and root is None:
+            raise PipelineError("data.source=folder needs data.root=<folder of class folders>")
+        if abs(sum(splits) - 1) > 1e-6 or min(splits) <= 0:
+            raise PipelineError(f"data.splits={list(splits)} must be positive and sum to 1")
+        self.save_hyperparameters(logger=False)
+        self.processed_dir = Path(processed_dir)
+        self.splits: dict[str, ImageSplit] = {}
+
+    # -- preparation
+    def _settings(self) -> dict:
+        hp = self.hparams
+        root = Path(hp.root).expanduser().resolve() if hp.root else None
+        return {"format": FORMAT, "source": hp.source, "root": str(root), "mode": hp.mode,
+                "image_size": list(hp.image_size) if hp.image_size else None,
+                "splits": list(hp.splits), "split_seed": hp.split_seed}  # fmt: skip
+
+    def _root(self, dataset: str) -> Path:
+        """data.root, or without it the registered dataset, fetched once."""
+        hp = self.hparams
+        if hp.root is None:
+            return fetch(dataset, hp.raw_dir, hp.mirror)
+        root = Path(hp.root).expanduser()
+        if not root.is_dir():
+            raise PipelineError(f"data.root={hp.root}: no such folder")
+        return root
+
+    def _read(self) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str]]:
+        """The three splits' (images, labels), and the class names."""
+        hp = self.hparams
+        if hp.source == "digits":
+            test, train = read_digits(), None
+        elif hp.source == "mnist":
+            test, train = read_mnist(self._root("mnist"))
+        elif hp.source == "cifar10":
+            test, train = read_cifar10(self._root("cifar10"))
+        else:
+            test, train = read_folder(self._root("folder"), hp.mode, hp.image_size), None
+        x, y, classes = test
+        if train is None:  # one set: split it three ways
+            parts = stratified_split(y, hp.splits, hp.split_seed)
+            out = {s: (x[p], y[p]) for s, p in zip(SPLITS, parts, strict=True)}
+        else:  # its own test set; val a share of train, as large relative to train as in splits
+            tx, ty, classes = train
+            share = hp.splits[1] / (hp.splits[0] + hp.splits[1])
+            fit, val = stratified_split(ty, (1 - share, share), hp.split_seed)
+            out = {"train": (tx[fit], ty[fit]), "val": (tx[val], ty[val]), "test": (x, y)}
+        return out, classes
+
+    def prepare_data(self) -> None:
+        settings = self._settings()
+        meta_file = self.processed_dir / "meta.json"
+        if meta_file.exists() and json.loads(meta_file.read_text()).get("settings") == settings:
+            return
+        parts, classes = self._read()
+        train = parts["train"][0].astype(np.float64)
+        mean, std = train.mean(axis=(0, 2, 3)), train.std(axis=(0, 2, 3)) + 1e-6
+        with atomic_dir(self.processed_dir) as tmp:
+            for split, (x, y) in parts.items():
+                np.save(tmp / f"{split}_x.npy", np.ascontiguousarray(x, dtype=np.uint8))
+                np.save(tmp / f"{split}_y.npy", y.astype(np.int64))
+            c, h, w = parts["train"][0].shape[1:]
+            meta = {"settings": settings, "classes": classes, "image_size": [int(h), int(w)],
+                    "channels": int(c), "mean": mean.tolist(), "std": std.tolist(),
+                    "images": {s: len(y) for s, (_, y) in parts.items()}}  # fmt: skip
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        log.info("prepared %s: %s images of %dx%dx%d -> %s", self.hparams.source,
+                 meta["images"], c, h, w, self.processed_dir)  # fmt: skip
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.processed_dir / "meta.json").read_text())
+
+    @property
+    def model_kwargs(self) -> dict:
+        meta = self.meta
+        return {"image_size": meta["image_size"], "channels": meta["channels"],
+                "num_classes": len(meta["classes"])}  # fmt: skip
+
+    def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The labels of the train split and of `split` (for the majority-class baseline)."""
+
+        def labels(s: str) -> torch.Tensor:
+            return torch.from_numpy(np.load(self.processed_dir / f"{s}_y.npy"))
+
+        return labels("train"), labels(split)
+
+    # -- loading
+    def setup(self, stage: str | None = None) -> None:
+        meta, hp = self.meta, self.hparams
+        for split in SPLITS:
+            x = np.load(self.processed_dir / f"{split}_x.npy", mmap_mode="r")
+            y = np.load(self.processed_dir / f"{split}_y.npy")
+            shift = hp.shift if split == "train" else 0
+            self.splits[split] = ImageSplit(x, y, meta["mean"], meta["std"], shift, hp.seed)
+
+    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        hp = self.hparams
+        return DataLoader(
+            self.splits[split],
+            batch_size=hp.batch_size,
+            shuffle=shuffle,
+            generator=torch.Generator().manual_seed(hp.seed) if shuffle else None,
+            num_workers=hp.num_workers,
+            persistent_workers=hp.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")

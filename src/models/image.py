@@ -1,0 +1,155 @@
+"""Image classification (Bishop, Deep Learning, sec. 12.4.1): the vision Transformer, and a small
+CNN beside it as the baseline with the inductive biases the Transformer lacks.
+
+ViT (`model=vit`): the image is cut into P x P patches, each flattened and mapped linearly to a
+token (src.nn.patch); a learned class token is put in front, positions are added (learned, or a
+fixed 2-D sinusoidal encoding), the Transformer encoder of src.nn.transformer reads the N + 1
+tokens, and a linear layer classifies the class token's output. Nothing in it knows that nearby
+pixels are related: it learns that from data.
+
+CNN (`model=cnn`): convolution blocks (3 x 3 convolution, BatchNorm, ReLU, 2 x 2 max pooling)
+and a linear layer on the globally averaged features: locality and translation equivariance
+are built in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from src.models.base import TransformerModule
+from src.nn.patch import PatchEmbedding
+from src.nn.positional import SinusoidalPositionalEncoding2D
+from src.nn.transformer import Transformer, TransformerConfig
+from src.utils.errors import PipelineError
+
+
+@dataclass
+class ViTConfig(TransformerConfig):
+    image_size: tuple[int, int] = (28, 28)  # (H, W), set by the data
+    channels: int = 1  # C, set by the data
+    num_classes: int = 10  # set by the data
+    patch_size: int = 4  # P
+    patch_stride: int | None = None  # S; None = P (no overlap)
+    pos_encoding: str = "learned"  # learned | sinusoidal (2-D, fixed) | none
+
+
+class ViT(nn.Module):
+    """(B, C, H, W) images -> logits (B, classes) from the class token's output."""
+
+    def __init__(self, cfg: ViTConfig):
+        super().__init__()
+        self.cfg, d = cfg, cfg.d_model
+        self.patches = PatchEmbedding(cfg.image_size, cfg.channels, cfg.patch_size, d,
+                                      cfg.patch_stride)  # fmt: skip
+        n = self.patches.num_patches
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        if cfg.pos_encoding == "learned":  # one vector per patch position and the class token
+            self.pos = nn.Parameter(torch.randn(1, n + 1, d) * 0.02)
+        elif cfg.pos_encoding == "sinusoidal":  # the class token has no position: zeros
+            grid = SinusoidalPositionalEncoding2D(d, self.patches.grid).r  # (N, D)
+            self.register_buffer("pos", torch.cat([torch.zeros(1, d), grid])[None], False)
+        elif cfg.pos_encoding == "none":
+            self.pos = None
+        else:
+            raise PipelineError(
+                f"model.net.pos_encoding={cfg.pos_encoding!r}: choose learned, sinusoidal or none"
+            )
+        self.drop = nn.Dropout(cfg.dropout)
+        self.transformer = Transformer(cfg)
+        self.head = nn.Linear(d, cfg.num_classes)
+
+    def hidden(self, images: Tensor) -> Tensor:
+        """(B, C, H, W) -> the encoder's outputs (B, 1 + N, D), the class token's first."""
+        x = self.patches(images)  # (B, N, D)
+        x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1)  # (B, 1 + N, D)
+        if self.pos is not None:
+            x = x + self.pos
+        return self.transformer(self.drop(x))
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.hidden(images)[:, 0])  # (B, classes)
+
+
+@dataclass
+class CNNConfig:
+    image_size: tuple[int, int] = (28, 28)
+    channels: int = 1
+    num_classes: int = 10
+    widths: tuple[int, ...] = (32, 64, 128)  # output channels of each block
+    dropout: float = 0.0  # before the linear layer
+
+
+class CNN(nn.Module):
+    """(B, C, H, W) -> logits (B, classes): conv blocks, global average pooling, linear."""
+
+    def __init__(self, cfg: CNNConfig):
+        super().__init__()
+        blocks, c = [], cfg.channels
+        for i, w in enumerate(cfg.widths):
+            side = min(cfg.image_size) // 2**i
+            pool = [nn.MaxPool2d(2)] if side >= 2 else []  # an 8 x 8 image cannot halve 4 times
+            blocks += [nn.Conv2d(c, w, 3, padding=1), nn.BatchNorm2d(w), nn.ReLU(), *pool]
+            c = w
+        self.features = nn.Sequential(*blocks)
+        self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(c, cfg.num_classes))
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.features(images).mean(dim=(2, 3)))
+
+
+def build_net(net: dict, **sizes) -> ViT | CNN:
+    """net.arch: vit (the default) | cnn; sizes: image_size, channels, num_classes."""
+    net = dict(net)
+    sizes["image_size"] = tuple(sizes["image_size"])
+    if net.pop("arch", "vit") == "cnn":
+        return CNN(CNNConfig(**net, **sizes))
+    return ViT(ViTConfig(**net, **sizes))
+
+
+class ImageClassifier(TransformerModule):
+    """Cross-entropy training of a ViT or CNN with AdamW, warm-up and cosine decay; logs loss,
+    accuracy and macro-F1 on every split."""
+
+    def __init__(self, net: dict, optim: dict, image_size, channels: int, num_classes: int):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = build_net(net, image_size=image_size, channels=channels,
+                             num_classes=num_classes)  # fmt: skip
+        self.metrics = nn.ModuleDict({
+            f"{s}_{m}": MulticlassAccuracy(num_classes, average="micro") if m == "acc"
+            else MulticlassF1Score(num_classes, average="macro")
+            for s in ("val", "test") for m in ("acc", "f1")
+        })  # fmt: skip
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.net(images)
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y)
+        self.check_finite(loss)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", (logits.argmax(-1) == y).float().mean())
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def _eval_step(self, stage: str, batch) -> None:
+        x, y = batch
+        logits = self(x)
+        self.log(f"{stage}/loss", F.cross_entropy(logits, y), prog_bar=True, batch_size=len(y))
+        for m in ("acc", "f1"):
+            metric = self.metrics[f"{stage}_{m}"]
+            metric.update(logits, y)
+            self.log(f"{stage}/{m}", metric, prog_bar=m == "acc", batch_size=len(y))
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step("val", batch)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step("test", batch)

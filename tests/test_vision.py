@@ -1,0 +1,221 @@
+"""Vision (sec. 12.4.1): patches as tokens, the ViT and its CNN baseline, the image readers
+(digits, MNIST's IDX files, a folder of class folders), bad image input, and runs through the
+entry point."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from src.data.images import ImageDataModule, read_idx, stratified_split
+from src.models.image import CNN, CNNConfig, ViT, ViTConfig
+from src.nn.patch import PatchEmbedding, grid_size, patchify, unpatchify
+from src.nn.positional import SinusoidalPositionalEncoding2D
+from src.utils.errors import PipelineError
+from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
+
+NET = dict(n_layer=2, n_head=2, d_model=16, patch_size=4, dropout=0.0)
+TINY = ["trainer.max_steps=30", "logger=csv", "callbacks.progress_bar.refresh_rate=0"]
+
+
+@pytest.fixture(autouse=True)
+def _seed(one_thread):
+    torch.manual_seed(0)
+
+
+# ---------------------------------------------------------------- patches
+
+
+@pytest.mark.parametrize("size, patch", [((8, 8), 4), ((28, 28), 7), ((12, 20), 4), ((6, 9), 3)])
+def test_patchify_then_unpatchify_is_the_identity(size, patch):
+    x = torch.randn(2, 3, *size)
+    p = patchify(x, patch)
+    rows, cols = size[0] // patch, size[1] // patch
+    assert p.shape == (2, rows * cols, 3 * patch * patch)
+    assert torch.equal(unpatchify(p, size, patch), x)
+
+
+def test_patches_are_in_raster_order_channel_by_channel():
+    x = torch.arange(2 * 4 * 6, dtype=torch.float32).reshape(1, 2, 4, 6)  # C=2, H=4, W=6
+    p = patchify(x, 2)  # a 2 x 3 grid
+    n = 1 * 3 + 2  # row 1, column 2
+    expected = torch.cat([x[0, c, 2:4, 4:6].flatten() for c in range(2)])
+    assert torch.equal(p[0, n], expected)
+
+
+@pytest.mark.parametrize(
+    "size, patch, stride, grid", [((16, 16), 4, 4, (4, 4)), ((16, 16), 4, 2, (7, 7)),
+                                  ((124, 100), 16, 6, (19, 15)), ((8, 8), 8, 1, (1, 1))]
+)  # fmt: skip
+def test_patch_count_follows_the_formula_with_overlap(size, patch, stride, grid):
+    assert grid_size(size, patch, stride) == grid
+    emb = PatchEmbedding(size, 1, patch, 8, stride)
+    out = emb(torch.randn(3, 1, *size))
+    assert out.shape == (3, grid[0] * grid[1], 8) and emb.num_patches == grid[0] * grid[1]
+
+
+def test_a_patch_that_does_not_tile_the_image_is_one_clear_error():
+    with pytest.raises(PipelineError, match="do not tile the image's width of 10"):
+        PatchEmbedding((8, 10), 1, 4, 8)
+
+
+def test_2d_sinusoidal_positions_encode_row_then_column():
+    r = SinusoidalPositionalEncoding2D(8, (3, 4)).r.reshape(3, 4, 8)
+    assert torch.equal(r[1, 0, :4], r[1, 3, :4]) and not torch.equal(r[0, 0, :4], r[1, 0, :4])
+    assert torch.equal(r[0, 2, 4:], r[2, 2, 4:]) and not torch.equal(r[0, 0, 4:], r[0, 1, 4:])
+
+
+# ---------------------------------------------------------------- models
+
+
+def vit(**kw) -> ViT:
+    return ViT(ViTConfig(**{**NET, **kw}, image_size=(8, 8), channels=1, num_classes=10)).eval()
+
+
+def shuffle_patches(x: torch.Tensor, patch: int, order: torch.Tensor) -> torch.Tensor:
+    return unpatchify(patchify(x, patch)[:, order], tuple(x.shape[-2:]), patch)
+
+
+def test_without_positions_the_class_token_ignores_the_patch_order():
+    x, order = torch.randn(2, 1, 8, 8), torch.tensor([3, 1, 0, 2])
+    moved = shuffle_patches(x, 4, order)
+    plain, placed = vit(pos_encoding="none"), vit(pos_encoding="learned")
+    assert torch.allclose(plain(x), plain(moved), atol=1e-5)
+    assert not torch.allclose(placed(x), placed(moved), atol=1e-3)
+
+
+def test_the_class_token_output_alone_is_classified():
+    net, x = vit(), torch.randn(2, 1, 8, 8)
+    h = net.hidden(x)  # (B, 1 + N, D)
+    assert h.shape == (2, 1 + 4, 16)
+    assert torch.allclose(net(x), net.head(h[:, 0]))
+
+
+def test_the_cnn_classifies_images_as_small_as_the_digits():
+    cnn = CNN(CNNConfig(image_size=(8, 8), channels=1, num_classes=10, widths=(4, 8, 8, 8)))
+    assert cnn(torch.randn(5, 1, 8, 8)).shape == (5, 10)
+
+
+# ---------------------------------------------------------------- data
+
+
+def write_idx(path, array: np.ndarray) -> None:
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_idx_files_are_read_and_a_truncated_one_is_named(tmp_path):
+    images = np.random.default_rng(0).integers(0, 256, (5, 3, 4))
+    write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images)
+    assert np.array_equal(read_idx(tmp_path / "t10k-images-idx3-ubyte.gz"), images)
+    short = tmp_path / "train-images-idx3-ubyte.gz"  # the header promises more than there is
+    write_idx(short, images)
+    short.write_bytes(gzip.compress(gzip.decompress(short.read_bytes())[:-7]))
+    with pytest.raises(PipelineError, match=r"train-images-idx3-ubyte\.gz: truncated, 53 bytes"):
+        read_idx(short)
+    cut = tmp_path / "t10k-labels-idx1-ubyte.gz"  # a download cut short: a broken gzip stream
+    cut.write_bytes((tmp_path / "t10k-images-idx3-ubyte.gz").read_bytes()[:-12])
+    with pytest.raises(PipelineError, match=r"t10k-labels-idx1-ubyte\.gz: not a readable IDX"):
+        read_idx(cut)
+
+
+def test_stratified_split_keeps_every_class_in_proportion():
+    y = np.repeat(np.arange(4), [50, 30, 10, 10])
+    parts = stratified_split(y, (0.8, 0.1, 0.1), seed=0)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(100))
+    assert np.bincount(y[parts[1]]).tolist() == [5, 3, 1, 1]
+
+
+def module(tmp_path, **kw) -> ImageDataModule:
+    dm = ImageDataModule(processed_dir=str(tmp_path / "processed"), raw_dir=str(tmp_path / "raw"),
+                         mirror=str(MIRROR), **kw)  # fmt: skip
+    dm.prepare_data()
+    dm.setup()
+    return dm
+
+
+def test_digits_are_split_normalised_and_shifted_only_in_training(tmp_path):
+    dm = module(tmp_path, shift=1)
+    meta = dm.meta
+    assert meta["image_size"] == [8, 8] and meta["channels"] == 1 and len(meta["classes"]) == 10
+    assert sum(meta["images"].values()) == 1797
+    x, y = next(iter(dm.val_dataloader()))
+    assert x.shape == (128, 1, 8, 8) and y.dtype == torch.long
+    train = torch.stack([dm.splits["train"][i][0] for i in range(len(dm.splits["train"]))])
+    assert abs(float(train.mean())) < 0.1  # shifted images bring in background, near 0 after all
+    val = dm.splits["val"]
+    assert torch.equal(val[0][0], val[0][0])  # no random shift outside training
+    assert dm.model_kwargs == {"image_size": [8, 8], "channels": 1, "num_classes": 10}
+
+
+def test_a_folder_of_t10k_files_alone_is_split_80_10_10(tmp_path):
+    mnist = MIRROR / "mnist" / "raw"
+    if not (mnist / "t10k-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"dataset missing in the mirror: {mnist}")
+    dm = module(tmp_path, source="mnist", root=str(mnist))
+    counts = dm.meta["images"]  # 80/10/10 of each digit's images, rounded per digit
+    assert sum(counts.values()) == 10_000
+    assert all(abs(counts[s] - n) <= 5 for s, n in (("train", 8000), ("val", 1000), ("test", 1000)))
+    assert dm.meta["image_size"] == [28, 28]
+
+
+def write_png(path, size=(6, 6), value=0) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full(size, value, np.uint8)).save(path)
+
+
+def test_a_folder_of_class_folders_is_read_with_its_class_names(tmp_path):
+    for k, name in enumerate(["cat", "dog"]):
+        for i in range(10):
+            write_png(tmp_path / "pics" / name / f"{i}.png", value=40 * k + i)
+    dm = module(tmp_path, source="folder", root=str(tmp_path / "pics"), mode="RGB")
+    assert dm.meta["classes"] == ["cat", "dog"] and dm.meta["channels"] == 3
+    assert sum(dm.meta["images"].values()) == 20
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda d: (d / "a").mkdir(parents=True), "a: an empty class folder"),
+        (lambda d: (write_png(d / "a" / "1.png"), write_png(d / "a" / "2.png", (5, 7))),
+         "images of mixed sizes"),
+        (lambda d: (write_png(d / "a" / "1.png"), (d / "a" / "bad.png").write_bytes(b"\x89PNG")),
+         "bad.png: not a readable image"),
+    ],
+)  # fmt: skip
+def test_bad_image_folders_are_one_clear_error_and_leave_nothing_behind(tmp_path, make, match):
+    make(tmp_path / "pics")
+    with pytest.raises(PipelineError, match=match):
+        module(tmp_path, source="folder", root=str(tmp_path / "pics"))
+    assert not (tmp_path / "processed").exists()
+
+
+# ---------------------------------------------------------------- through the entry point
+
+
+@pytest.mark.parametrize("model", ["vit", "cnn"])
+def test_vit_and_cnn_learn_the_digits_through_the_entry_point(tmp_path, model):
+    run = tmp_path / "run"
+    proc = run_module("src.train", f"model={model}", "data=digits", *TINY,
+                      f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
+    assert_ok(proc)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["test/acc"] > metrics["test/acc_majority"] + 0.2
+    assert {"test/f1", "train/loss", "val/acc"} <= metrics.keys()
+
+
+def test_a_missing_root_or_a_patch_that_does_not_fit_is_one_line(tmp_path):
+    data = f"paths.data_dir={tmp_path / 'data'}"
+    missing = run_module("src.train", "model=vit", "data=image_folder",
+                         f"data.root={tmp_path / 'nowhere'}", data, *TINY)  # fmt: skip
+    assert_one_error_line(missing, "nowhere: no such folder")
+    misfit = run_module("src.train", "model=vit", "data=digits", "model.net.patch_size=3", data,
+                        *TINY)  # fmt: skip
+    assert_one_error_line(misfit, "do not tile the image's height of 8")
