@@ -127,11 +127,14 @@ def test_every_benchmark_is_a_dvc_stage():
         "fetch@esol",
         "fetch@eng-nld",
         "prepare_translation",
+        "fetch@mnist",
+        "prepare_images",
     ):
         assert stage in pipeline
     stages = yaml.safe_load((ROOT / "bench/dvc.yaml").read_text())["stages"]
     for name in benches:
-        script = stages[name]["cmd"].split()[1]
+        cmd = stages[name]["cmd"].split()  # python bench/x.py ... | python -m bench.x ...
+        script = cmd[2].replace(".", "/") + ".py" if cmd[1] == "-m" else cmd[1]
         assert (ROOT / script).is_file() and stages[name]["metrics"]
         assert script in stages[name]["deps"] and stages[name]["wdir"] == ".."
     pretrained = stages["bert_pretrain"]["outs"][0]
