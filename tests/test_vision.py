@@ -95,6 +95,16 @@ def test_the_class_token_output_alone_is_classified():
     assert torch.allclose(net(x), net.head(h[:, 0]))
 
 
+def test_attention_rollout_mixes_in_the_residual_path_and_keeps_rows_stochastic():
+    from src.nn.attention import attention_rollout
+
+    uniform = torch.full((1, 2, 3, 3), 1 / 3)
+    one = attention_rollout([uniform])[0]
+    assert torch.allclose(one, 0.5 * torch.eye(3) + 1 / 6)
+    many = attention_rollout([torch.softmax(torch.randn(2, 2, 5, 5), -1) for _ in range(3)])
+    assert torch.allclose(many.sum(-1), torch.ones(2, 5))
+
+
 def test_the_cnn_classifies_images_as_small_as_the_digits():
     cnn = CNN(CNNConfig(image_size=(8, 8), channels=1, num_classes=10, widths=(4, 8, 8, 8)))
     assert cnn(torch.randn(5, 1, 8, 8)).shape == (5, 10)
@@ -208,7 +218,9 @@ def test_vit_and_cnn_learn_the_digits_through_the_entry_point(tmp_path, model):
     assert_ok(proc)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["test/acc"] > metrics["test/acc_majority"] + 0.2
-    assert {"test/f1", "train/loss", "val/acc"} <= metrics.keys()
+    assert {"test/f1", "train/loss", "val/acc", "train/images_per_sec"} <= metrics.keys()
+    assert (run / "confusion.png").stat().st_size > 10_000
+    assert (run / "attention.png").exists() == (model == "vit")  # class token attention, rollout
 
 
 def test_a_missing_root_or_a_patch_that_does_not_fit_is_one_line(tmp_path):

@@ -293,6 +293,10 @@ class ImageDataModule(pl.LightningDataModule):
         return json.loads((self.processed_dir / "meta.json").read_text())
 
     @property
+    def classes(self) -> list[str]:
+        return self.meta["classes"]
+
+    @property
     def model_kwargs(self) -> dict:
         meta = self.meta
         return {"image_size": meta["image_size"], "channels": meta["channels"],

@@ -19,7 +19,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassConfusionMatrix,
+    MulticlassF1Score,
+)
 
 from src.models.base import TransformerModule
 from src.nn.patch import PatchEmbedding
@@ -125,6 +129,7 @@ class ImageClassifier(TransformerModule):
             else MulticlassF1Score(num_classes, average="macro")
             for s in ("val", "test") for m in ("acc", "f1")
         })  # fmt: skip
+        self.confusion = MulticlassConfusionMatrix(num_classes)  # test split; plotted by ImagePlots
 
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)
@@ -153,3 +158,4 @@ class ImageClassifier(TransformerModule):
 
     def test_step(self, batch, batch_idx: int) -> None:
         self._eval_step("test", batch)
+        self.confusion.update(self(batch[0]), batch[1])

@@ -167,3 +167,17 @@ def record_attention(model: nn.Module):
         for m, h in zip(layers, handles, strict=True):
             m.record = False
             h.remove()
+
+
+def attention_rollout(maps: list[Tensor]) -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each output position draws on each
+    input position through all the layers. maps: per layer (B, H, T, T) -> (B, T, T), the product
+    over layers, last to first, of the head-averaged weights mixed half and half with the
+    identity (the residual path), rows renormalised."""
+    rollout = None
+    for a in maps:
+        a = a.mean(1)  # (B, T, T)
+        a = 0.5 * a + 0.5 * torch.eye(a.size(-1), device=a.device)
+        a = a / a.sum(-1, keepdim=True)
+        rollout = a if rollout is None else a @ rollout
+    return rollout

@@ -21,18 +21,18 @@ log = logging.getLogger(__name__)
 
 def token_ids(batch) -> torch.Tensor | None:
     """The (B, T) token ids of a text batch: x of language-model windows (x, y), or `input_ids`
-    of a labelled batch; None for other batches (graphs)."""
+    of a labelled batch; None for other batches (graphs, images)."""
     if isinstance(batch, (tuple, list)):
-        return batch[0]
+        return None if batch[0].is_floating_point() else batch[0]
     if isinstance(batch, dict):
         return batch["input_ids"]
     return None
 
 
 class Throughput(pl.Callback):
-    """Logs `train/tokens_per_sec`: the elements of the input batches (tokens, for text) that all
-    processes consume per second of training, validation pauses excluded; for graph batches (PyG
-    `Data`/`Batch`, anything with `num_nodes` that is not a tuple or list) `train/nodes_per_sec`
+    """Logs `train/tokens_per_sec`: the tokens of the input batches that all processes consume per
+    second of training, validation pauses excluded; for image batches (x, y) with float x
+    `train/images_per_sec`, for graph batches (PyG `Data`/`Batch`) `train/nodes_per_sec`
     instead; and once, `train/startup_sec`: seconds from the start of the process to the first
     training step."""
 
@@ -41,8 +41,11 @@ class Throughput(pl.Callback):
 
     @staticmethod
     def _size(batch) -> tuple[str, int]:
-        ids = token_ids(batch)
-        return ("tokens", ids.numel()) if ids is not None else ("nodes", batch.num_nodes)
+        if (ids := token_ids(batch)) is not None:
+            return "tokens", ids.numel()
+        if isinstance(batch, (tuple, list)):
+            return "images", len(batch[0])
+        return "nodes", batch.num_nodes
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == 0 and batch_idx == 0:
@@ -225,9 +228,54 @@ class AttentionMaps(pl.Callback):
         path = Path(trainer.default_root_dir) / "attention.png"
         keys = readable(tokenizer, x[0].tolist())
         plot_attention([m.float().cpu() for m in maps], keys, path, trainer.global_step, queries)
-        for logger in trainer.loggers:
-            if hasattr(logger, "log_image"):  # WandbLogger
-                logger.log_image("val/attention", [str(path)])
+        log_image(trainer, "val/attention", path)
+
+
+def log_image(trainer: pl.Trainer, key: str, path: Path) -> None:
+    """A saved picture into every logger that takes images (wandb)."""
+    for logger in trainer.loggers:
+        if hasattr(logger, "log_image"):  # WandbLogger
+            logger.log_image(key, [str(path)])
+
+
+class ImagePlots(pl.Callback):
+    """Pictures of an image classifier, saved in the run folder and logged as wandb images: after
+    each validation, the first `images` val images beside the class token's attention over the
+    patches in the last layer (heads averaged) and its attention rollout through every layer
+    (`attention.png`, ViT only); after testing, the test split's confusion matrix
+    (`confusion.png`). Does nothing for other models."""
+
+    def __init__(self, images: int = 4):
+        self.images = images
+
+    @torch.no_grad()
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from src.nn.attention import attention_rollout, record_attention
+
+        patches = getattr(getattr(pl_module, "net", None), "patches", None)
+        if trainer.sanity_checking or not trainer.is_global_zero or patches is None:
+            return
+        x, y = next(iter(trainer.datamodule.val_dataloader()))
+        x, y = x[: self.images].to(pl_module.device), y[: self.images]
+        with record_attention(pl_module) as maps:
+            predicted = pl_module(x).argmax(-1).cpu()
+        grid = (len(x), *patches.grid)
+        last = maps[-1].mean(1)[:, 0, 1:].reshape(grid)  # class token -> patches, (B, rows, cols)
+        rolled = attention_rollout(maps)[:, 0, 1:].reshape(grid)
+        classes = trainer.datamodule.classes
+        titles = [f"{classes[int(t)]} (predicted {classes[int(p)]})"
+                  for t, p in zip(y, predicted, strict=True)]  # fmt: skip
+        path = Path(trainer.default_root_dir) / "attention.png"
+        plot_image_attention(x.cpu(), last.cpu(), rolled.cpu(), titles, path, trainer.global_step)
+        log_image(trainer, "val/attention", path)
+
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        confusion = getattr(pl_module, "confusion", None)
+        if confusion is None or not trainer.is_global_zero:
+            return
+        path = Path(trainer.default_root_dir) / "confusion.png"
+        plot_confusion(confusion.compute().cpu(), trainer.datamodule.classes, path)
+        log_image(trainer, "test/confusion", path)
 
 
 def readable(tokenizer, ids: list[int]) -> list[str]:
@@ -265,4 +313,55 @@ def plot_attention(
     fig.suptitle(f"attention weights (rows: {axes_names}), step {step}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def plot_image_attention(images: torch.Tensor, last: torch.Tensor, rollout: torch.Tensor,
+                         titles: list[str], path: Path, step: int) -> None:  # fmt: skip
+    """A row per image (B, C, H, W): the image, the class token's last-layer attention over the
+    patch grid (B, rows, cols), and its rollout, each map stretched over the image's extent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(images), 3, figsize=(6, 2 * len(images)), squeeze=False)
+    for img, a, r, title, row in zip(images, last, rollout, titles, axes, strict=True):
+        img = (img - img.min()) / (img.max() - img.min() + 1e-8)
+        img = img[0] if len(img) == 1 else img.permute(1, 2, 0)  # (H, W) or (H, W, 3)
+        extent = (-0.5, img.shape[1] - 0.5, img.shape[0] - 0.5, -0.5)  # the map over the image
+        row[0].imshow(img, cmap="gray")
+        row[0].set_title(title, fontsize=7)
+        for ax, m, name in ((row[1], a, "last layer"), (row[2], r, "rollout")):
+            ax.imshow(img, cmap="gray")
+            ax.imshow(m, cmap="inferno", alpha=0.6, extent=extent)
+            ax.set_title(f"class token attention, {name}", fontsize=6)
+        for ax in row:
+            ax.axis("off")
+    fig.suptitle(f"step {step}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_confusion(matrix: torch.Tensor, classes: list[str], path: Path) -> None:
+    """A (K, K) confusion matrix, rows the true classes, with its counts written in."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = len(classes)
+    fig, ax = plt.subplots(figsize=(1 + 0.45 * k, 1 + 0.45 * k))
+    ax.imshow(matrix, cmap="Blues")
+    for i in range(k):
+        for j in range(k):
+            ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=6)
+    ax.set_xticks(range(k), classes, rotation=90, fontsize=7)
+    ax.set_yticks(range(k), classes, fontsize=7)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(f"test confusion matrix, accuracy {float(matrix.diag().sum() / matrix.sum()):.3f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
     plt.close(fig)
