@@ -125,6 +125,7 @@ PAIRS = [
     Pair("bert_tagger", "text_tag", "test/acc", [], 200),
     Pair("seq2seq", "translation", "test/chrf", [], 300),
     Pair("rnn_seq2seq", "translation", "test/chrf", [], 300),
+    *(Pair(m, d, "test/acc", [], 300) for d in ("digits", "mnist") for m in ("vit", "cnn")),
     YOUR_TEXT,
     fine_tune(rank=0),
     fine_tune(rank=8),

@@ -163,6 +163,14 @@ def test_digits_are_split_normalised_and_shifted_only_in_training(tmp_path):
     assert dm.model_kwargs == {"image_size": [8, 8], "channels": 1, "num_classes": 10}
 
 
+def test_train_fraction_keeps_a_stratified_share_of_the_train_split(tmp_path):
+    full, quarter = module(tmp_path), module(tmp_path, train_fraction=0.25)
+    n, k = len(full.splits["train"]), len(quarter.splits["train"])
+    assert abs(k - n / 4) <= 10 and len(quarter.splits["test"]) == len(full.splits["test"])
+    counts = np.bincount(quarter.splits["train"].y, minlength=10)
+    assert counts.min() >= 0.8 * counts.mean()
+
+
 def test_a_folder_of_t10k_files_alone_is_split_80_10_10(tmp_path):
     mnist = MIRROR / "mnist" / "raw"
     if not (mnist / "t10k-images-idx3-ubyte.gz").exists():

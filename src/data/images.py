@@ -212,6 +212,7 @@ class ImageDataModule(pl.LightningDataModule):
         image_size: tuple[int, int] | None = None,
         splits: tuple[float, float, float] = (0.8, 0.1, 0.1),
         split_seed: int = 0,
+        train_fraction: float = 1.0,
         shift: int = 0,
         batch_size: int = 128,
         num_workers: int = 0,
@@ -224,6 +225,8 @@ class ImageDataModule(pl.LightningDataModule):
             raise PipelineError("data.source=folder needs data.root=<folder of class folders>")
         if abs(sum(splits) - 1) > 1e-6 or min(splits) <= 0:
             raise PipelineError(f"data.splits={list(splits)} must be positive and sum to 1")
+        if not 0 < train_fraction <= 1:
+            raise PipelineError(f"data.train_fraction={train_fraction} must be in (0, 1]")
         self.save_hyperparameters(logger=False)
         self.processed_dir = Path(processed_dir)
         self.splits: dict[str, ImageSplit] = {}
@@ -316,6 +319,9 @@ class ImageDataModule(pl.LightningDataModule):
         for split in SPLITS:
             x = np.load(self.processed_dir / f"{split}_x.npy", mmap_mode="r")
             y = np.load(self.processed_dir / f"{split}_y.npy")
+            if split == "train" and hp.train_fraction < 1:  # a stratified share: less data
+                keep = stratified_split(y, (hp.train_fraction, 1 - hp.train_fraction), hp.seed)[0]
+                x, y = x[keep], y[keep]
             shift = hp.shift if split == "train" else 0
             self.splits[split] = ImageSplit(x, y, meta["mean"], meta["std"], shift, hp.seed)
 
