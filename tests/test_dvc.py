@@ -116,7 +116,8 @@ def test_every_benchmark_is_a_dvc_stage():
                          check=True).stdout  # fmt: skip
     benches = ("bench_gpt_shakespeare", "bench_gnn_cora", "bench_gin_mutag", "bench_esol",
                "oversmoothing", "bench_bert_speakers", "bench_matrix",
-               "bench_generation", "bench_translation", "bench_translation_peer")  # fmt: skip
+               "bench_generation", "bench_translation", "bench_translation_peer",
+               "bench_vision")  # fmt: skip
     for stage in benches:
         assert f"bench/dvc.yaml:{stage}" in out and f"{stage} " not in pipeline
     assert "bench/dvc.yaml:bert_pretrain" in out
