@@ -215,6 +215,38 @@ def test_bad_image_folders_are_one_clear_error_and_leave_nothing_behind(tmp_path
     assert not (tmp_path / "processed").exists()
 
 
+def test_kmeans_codes_round_trip_within_the_quantisation_error():
+    from src.data.images import dequantize, fit_codebook, quantize, read_digits
+
+    x = read_digits()[0][:300]  # (N, 1, 8, 8) uint8
+    codebook = fit_codebook(x, 16, seed=0)
+    assert codebook.shape == (16, 1) and np.all(np.diff(codebook[:, 0]) > 0)  # darkest first
+    codes = quantize(x, codebook)
+    assert codes.shape == (300, 64) and codes.max() < 16
+    back = dequantize(torch.from_numpy(codes), torch.from_numpy(codebook), (8, 8))
+    error = np.abs(back.numpy() - x / 255.0)
+    gaps = np.diff(codebook[:, 0]).max()  # no pixel is further from its code than half a gap
+    assert error.max() <= gaps / 2 + 1e-6 and error.mean() < 0.03
+
+
+def test_imagegpt_batches_start_with_the_start_token_and_never_sample_it(tmp_path):
+    dm = module(tmp_path, codes=8)
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == y.shape == (128, 64) and bool((x[:, 0] == 8).all())
+    assert torch.equal(x[:, 1:], y[:, :-1]) and int(y.max()) < 8
+    assert dm.model_kwargs == {"image_size": [8, 8], "channels": 1, "vocab_size": 9}
+    from src.models.gpt import ImageGPT
+
+    gpt = ImageGPT(dict(n_layer=1, n_head=2, d_model=16), dict(lr=1e-3), vocab_size=9,
+                   image_size=[8, 8], channels=1, codes=8,
+                   generation=dict(strategy="sample", temperature=5.0))  # fmt: skip
+    with torch.no_grad():
+        gpt.net.lm_head.weight[8] = 10.0  # the start token would win every draw
+    samples, completed = gpt.sample_images(y[:3], torch.Generator().manual_seed(0))
+    assert samples.shape == completed.shape == (3, 64) and int(samples.max()) < 8
+    assert torch.equal(completed[:, :32], y[:3, :32])  # the top half kept
+
+
 # ---------------------------------------------------------------- through the entry point
 
 
@@ -229,6 +261,18 @@ def test_vit_and_cnn_learn_the_digits_through_the_entry_point(tmp_path, model):
     assert {"test/f1", "train/loss", "val/acc", "train/images_per_sec"} <= metrics.keys()
     assert (run / "confusion.png").stat().st_size > 10_000
     assert (run / "attention.png").exists() == (model == "vit")  # class token attention, rollout
+
+
+def test_imagegpt_learns_the_digits_and_draws_samples_through_the_entry_point(tmp_path):
+    run = tmp_path / "run"
+    proc = run_module("src.train", "model=imagegpt", "data=digits", "model.codes=8", *TINY,
+                      f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
+    assert_ok(proc)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["test/bits_per_token"] < 2.5  # 3 bits: 8 codes drawn uniformly
+    assert (run / "samples.png").stat().st_size > 10_000
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert len(ckpt["ImageDataModule"]["codebook"]) == 8
 
 
 def test_a_missing_root_or_a_patch_that_does_not_fit_is_one_line(tmp_path):

@@ -24,6 +24,12 @@ fingerprint in meta.json matches):
 Batches are (x, y): x (B, C, H, W) float, normalised with the train statistics; training images
 are shifted at random by up to `shift` pixels each way (zeros come in at the border), the
 augmentation small data needs.
+
+With `codes=K` (set by model=imagegpt) the images are token sequences instead, ImageGPT's: a
+codebook of K colours (intensities, for grey images) learnt by k-means over the train pixels
+(vector quantisation, `codebook{K}.npy`), every pixel replaced by its nearest code, in raster
+order. Batches are then (x, y) of shape (B, H W): y the codes, x the start token K followed by
+y[:-1], as a language model reads text.
 """
 
 from __future__ import annotations
@@ -157,6 +163,40 @@ def read_folder(root: Path, mode: str, image_size: tuple[int, int] | None) -> Im
     return np.stack(x), np.asarray(y, np.int64), classes
 
 
+# --------------------------------------------------------------------------- codebook
+
+
+def fit_codebook(images: np.ndarray, k: int, seed: int, sample: int = 200_000) -> np.ndarray:
+    """k-means (scikit-learn) over the pixels of uint8 images (N, C, H, W), `sample` of them at
+    most -> the K centroids (K, C) in [0, 1], darkest first."""
+    from sklearn.cluster import KMeans
+
+    pixels = images.transpose(0, 2, 3, 1).reshape(-1, images.shape[1]) / 255.0  # (M, C)
+    rng = np.random.default_rng(seed)
+    if len(pixels) > sample:
+        pixels = pixels[rng.choice(len(pixels), sample, replace=False)]
+    km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(pixels)
+    centroids = km.cluster_centers_
+    return centroids[np.argsort(centroids.sum(1))].astype(np.float32)
+
+
+def quantize(images: np.ndarray, codebook: np.ndarray) -> np.ndarray:
+    """uint8 images (N, C, H, W) -> codes (N, H W): each pixel's nearest centroid, raster order."""
+    n, c, h, w = images.shape
+    codes = np.empty((n, h * w), dtype=np.int64)
+    for i in range(0, n, 1024):  # (b, HW, C) against (K, C), in chunks
+        pixels = images[i : i + 1024].transpose(0, 2, 3, 1).reshape(-1, h * w, c) / 255.0
+        d = ((pixels[:, :, None, :] - codebook[None, None]) ** 2).sum(-1)  # (b, HW, K)
+        codes[i : i + 1024] = d.argmin(-1)
+    return codes
+
+
+def dequantize(codes: torch.Tensor, codebook: torch.Tensor, image_size) -> torch.Tensor:
+    """codes (N, H W) -> images (N, C, H, W) in [0, 1]: every code its centroid's colour."""
+    h, w = image_size
+    return codebook[codes].reshape(len(codes), h, w, -1).permute(0, 3, 1, 2)
+
+
 # --------------------------------------------------------------------------- splits
 
 
@@ -197,6 +237,21 @@ class ImageSplit(Dataset):
         return (img - self.mean) / self.std, int(self.y[i])
 
 
+class TokenImages(Dataset):
+    """One split's images as ImageGPT's token sequences: (x, y), y the codes (H W,), x the start
+    token followed by y[:-1]."""
+
+    def __init__(self, codes: np.ndarray, start: int):
+        self.codes, self.start = torch.from_numpy(codes), start
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.codes[i]
+        return torch.cat([y.new_tensor([self.start]), y[:-1]]), y
+
+
 class ImageDataModule(pl.LightningDataModule):
     """Images and class labels from one of the readers above (see the module docstring)."""
 
@@ -214,6 +269,7 @@ class ImageDataModule(pl.LightningDataModule):
         split_seed: int = 0,
         train_fraction: float = 1.0,
         shift: int = 0,
+        codes: int | None = None,
         batch_size: int = 128,
         num_workers: int = 0,
         seed: int = 0,
@@ -229,7 +285,7 @@ class ImageDataModule(pl.LightningDataModule):
             raise PipelineError(f"data.train_fraction={train_fraction} must be in (0, 1]")
         self.save_hyperparameters(logger=False)
         self.processed_dir = Path(processed_dir)
-        self.splits: dict[str, ImageSplit] = {}
+        self.splits: dict[str, Dataset] = {}
 
     # -- preparation
     def _settings(self) -> dict:
@@ -274,8 +330,25 @@ class ImageDataModule(pl.LightningDataModule):
     def prepare_data(self) -> None:
         settings = self._settings()
         meta_file = self.processed_dir / "meta.json"
-        if meta_file.exists() and json.loads(meta_file.read_text()).get("settings") == settings:
-            return
+        if not meta_file.exists() or json.loads(meta_file.read_text()).get("settings") != settings:
+            self._prepare_images(settings)
+        if self.hparams.codes and not self._codebook_file.exists():
+            train = np.load(self.processed_dir / "train_x.npy", mmap_mode="r")
+            codebook = fit_codebook(train, self.hparams.codes, self.hparams.split_seed)
+            tmp = self._codebook_file.with_suffix(".tmp.npy")
+            np.save(tmp, codebook)
+            tmp.replace(self._codebook_file)  # whole or absent
+
+    @property
+    def _codebook_file(self) -> Path:
+        return self.processed_dir / f"codebook{self.hparams.codes}.npy"
+
+    @property
+    def codebook(self) -> torch.Tensor:
+        """(K, C) centroids in [0, 1] (with data.codes=K)."""
+        return torch.from_numpy(np.load(self._codebook_file))
+
+    def _prepare_images(self, settings: dict) -> None:
         parts, classes = self._read()
         train = parts["train"][0].astype(np.float64)
         mean, std = train.mean(axis=(0, 2, 3)), train.std(axis=(0, 2, 3)) + 1e-6
@@ -302,11 +375,16 @@ class ImageDataModule(pl.LightningDataModule):
     @property
     def model_kwargs(self) -> dict:
         meta = self.meta
-        return {"image_size": meta["image_size"], "channels": meta["channels"],
-                "num_classes": len(meta["classes"])}  # fmt: skip
+        sizes = {"image_size": meta["image_size"], "channels": meta["channels"]}
+        if self.hparams.codes:  # ImageGPT: K codes and the start token
+            return {**sizes, "vocab_size": self.hparams.codes + 1}
+        return {**sizes, "num_classes": len(meta["classes"])}
 
-    def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The labels of the train split and of `split` (for the majority-class baseline)."""
+    def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The labels of the train split and of `split` (for the majority-class baseline); None
+        for token sequences."""
+        if self.hparams.codes:
+            return None
 
         def labels(s: str) -> torch.Tensor:
             return torch.from_numpy(np.load(self.processed_dir / f"{s}_y.npy"))
@@ -322,8 +400,19 @@ class ImageDataModule(pl.LightningDataModule):
             if split == "train" and hp.train_fraction < 1:  # a stratified share: less data
                 keep = stratified_split(y, (hp.train_fraction, 1 - hp.train_fraction), hp.seed)[0]
                 x, y = x[keep], y[keep]
+            if hp.codes:
+                self.splits[split] = TokenImages(quantize(x, self.codebook.numpy()), hp.codes)
+                continue
             shift = hp.shift if split == "train" else 0
             self.splits[split] = ImageSplit(x, y, meta["mean"], meta["std"], shift, hp.seed)
+
+    # -- the codebook travels inside ImageGPT's checkpoints, to render samples from them alone
+    def state_dict(self) -> dict:
+        return {"codebook": self.codebook.tolist()} if self.hparams.codes else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("codebook") is not None and state["codebook"] != self.codebook.tolist():
+            raise PipelineError("the checkpoint was trained with another codebook than the data's")
 
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
         hp = self.hparams

@@ -102,11 +102,12 @@ class GenerationConfig:
     beam_width: int = 4  # used by "beam"
     length_penalty: float = 1.0  # alpha in score = sum(log p) / length**alpha, "beam" only
     eos_id: int | None = None  # stop a sequence once it emits this id
+    suppress_ids: tuple[int, ...] = ()  # never generated (e.g. ImageGPT's start token)
 
     @classmethod
     def from_settings(cls, settings, eos_id: int | None) -> GenerationConfig:
         """The fields a command's config (src.sample, src.translate) sets, and the end token."""
-        names = [f.name for f in fields(cls) if f.name != "eos_id"]
+        names = [f.name for f in fields(cls) if f.name not in ("eos_id", "suppress_ids")]
         return cls(**{k: settings[k] for k in names}, eos_id=eos_id)
 
 
@@ -199,6 +200,7 @@ def _greedy_or_sample(
     done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (B,) hit eos
     for _ in range(cfg.max_new_tokens):
         logits = next_token_logits(ids).float()  # (B, V); fp32 so low-precision models sample OK
+        logits[:, list(cfg.suppress_ids)] = float("-inf")
         if cfg.strategy == "greedy":
             next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
         else:
@@ -238,7 +240,9 @@ def _beam_search(
             finished[i].append((scores[i, j].item() / n**cfg.length_penalty, hyp))
 
     for _ in range(cfg.max_new_tokens):
-        logp = F.log_softmax(next_token_logits(beams).float(), dim=-1)  # (B * W', V)
+        logits = next_token_logits(beams).float()
+        logits[:, list(cfg.suppress_ids)] = float("-inf")
+        logp = F.log_softmax(logits, dim=-1)  # (B * W', V)
         vocab = logp.size(-1)
         candidates = (scores[..., None] + logp.view(b, -1, vocab)).view(b, -1)  # (B, W' V)
         k = min(w, candidates.size(1))

@@ -4,9 +4,15 @@
 
 Token embeddings + positional encodings go through L masked (causal) Transformer layers; a linear
 layer whose weights are tied to the token embedding matrix gives the logits of the next token.
+
+ImageGPT (sec. 12.4.2) is the same model on images: pixels quantised to K codes (the image data
+module's codebook, data.codes) and read in raster order as tokens.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +91,7 @@ class GPTLitModule(TransformerModule):
         metric.reset()
         self.log(f"{stage}/loss", loss, prog_bar=True, sync_dist=False)
         self.log(f"{stage}/ppl", loss.exp())
+        self.log(f"{stage}/bits_per_token", loss / math.log(2))
 
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val", self.val_loss)
@@ -98,3 +105,40 @@ class GPTLitModule(TransformerModule):
         """prompt: (B, T0) -> (B, T0 + n); see src.models.generation for the strategies.
         cache=False re-runs the whole window for every token (the reference path)."""
         return generate(TokenDecoder(self.net, cache=cache), prompt, cfg or self.generation, **kw)
+
+
+class ImageGPT(GPTLitModule):
+    """GPT over images as code sequences (B, H W) (the image data module with data.codes=K):
+    K codes and a start token (id K), a window of H W positions. Samples images from the start
+    token alone, and completes images whose top half is given."""
+
+    def __init__(
+        self,
+        net: dict,
+        optim: dict,
+        vocab_size: int,
+        image_size: list[int],
+        channels: int,
+        codes: int,
+        generation: dict | None = None,
+        compile: bool = False,
+    ):
+        net = {**net, "block_size": image_size[0] * image_size[1]}  # start + H W - 1 codes
+        super().__init__(net, optim, vocab_size, generation, compile)
+        # the start token begins an image and is never a pixel
+        self.generation = dataclasses.replace(self.generation, suppress_ids=(codes,))
+
+    @torch.no_grad()
+    def sample_images(
+        self, tops: Tensor, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """tops: (B, H W) codes of images whose top halves are kept -> (B, H W) samples from the
+        start token alone, and (B, H W) completions of the top halves."""
+        h, w = self.hparams.image_size
+        start = tops.new_full((len(tops), 1), self.hparams.codes)  # (B, 1)
+        half = h // 2 * w
+        whole = dataclasses.replace(self.generation, max_new_tokens=h * w)
+        samples = self.generate(start, whole, generator=generator)
+        rest = dataclasses.replace(self.generation, max_new_tokens=h * w - half)
+        completed = self.generate(torch.cat([start, tops[:, :half]], 1), rest, generator=generator)
+        return samples[:, 1:], completed[:, 1:]

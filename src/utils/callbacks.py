@@ -316,6 +316,55 @@ def plot_attention(
     plt.close(fig)
 
 
+class ImageSamples(pl.Callback):
+    """ImageGPT's pictures at the end of training: `images` samples from the start token alone,
+    and as many val images with the model's completion of their bottom half beside them
+    (`samples.png` in the run folder, and a wandb image). Does nothing for other models."""
+
+    def __init__(self, images: int = 8, seed: int = 0):
+        self.images, self.seed = images, seed
+
+    @torch.no_grad()
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from src.data.images import dequantize
+
+        if not hasattr(pl_module, "sample_images") or not trainer.is_global_zero:
+            return
+        _, y = next(iter(trainer.datamodule.val_dataloader()))
+        tops = y[: self.images].to(pl_module.device)  # (B, H W) codes
+        was_training = pl_module.training
+        pl_module.eval()
+        g = torch.Generator(pl_module.device).manual_seed(self.seed)
+        samples, completed = pl_module.sample_images(tops, generator=g)
+        pl_module.train(was_training)
+        codebook, size = trainer.datamodule.codebook, pl_module.hparams.image_size
+        rows = [dequantize(c.cpu(), codebook, size) for c in (samples, tops, completed)]
+        path = Path(trainer.default_root_dir) / "samples.png"
+        plot_image_rows(rows, ["samples", "val images", "top half given"], path)
+        log_image(trainer, "samples", path)
+
+
+def plot_image_rows(rows: list[torch.Tensor], names: list[str], path: Path) -> None:
+    """A grid with one row per (B, C, H, W) batch of images in [0, 1], named on the left."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(rows[0])
+    fig, axes = plt.subplots(len(rows), n, figsize=(1.1 * n, 1.2 * len(rows)), squeeze=False)
+    for images, name, row in zip(rows, names, axes, strict=True):
+        for img, ax in zip(images, row, strict=True):
+            ax.imshow(img[0] if len(img) == 1 else img.permute(1, 2, 0), cmap="gray", vmin=0,
+                      vmax=1)  # fmt: skip
+            ax.set_xticks([])
+            ax.set_yticks([])
+        row[0].set_ylabel(name, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_image_attention(images: torch.Tensor, last: torch.Tensor, rollout: torch.Tensor,
                          titles: list[str], path: Path, step: int) -> None:  # fmt: skip
     """A row per image (B, C, H, W): the image, the class token's last-layer attention over the
