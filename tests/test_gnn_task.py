@@ -320,8 +320,10 @@ def test_weight_decay_on_first_layer_only():
     assert len(everything["params"]) == len(list(net.parameters()))
 
 
-def test_throughput_counts_tokens_of_tuples_and_nodes_of_graphs():
-    assert Throughput._size((torch.zeros(4, 8), torch.zeros(4, 8))) == ("tokens", 32)
+def test_throughput_counts_tokens_of_text_images_of_image_batches_and_nodes_of_graphs():
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    assert Throughput._size((ids, ids)) == ("tokens", 32)
+    assert Throughput._size((torch.zeros(4, 1, 8, 8), torch.zeros(4).long())) == ("images", 4)
     assert Throughput._size(graph()) == ("nodes", N)
 
 
