@@ -7,8 +7,9 @@ whether it is clearly above it.
 
 Baselines: the training split's majority class (test/acc_majority) for classification, the
 training mean (test/rmse_mean) for regression, 0.5 ROC-AUC for links, the unigram distribution
-of the training tokens for language models, causal and masked (its cross-entropy on the test
-tokens), and for translation the source sentence copied as its own translation (its chrF).
+of the training tokens for language models, causal and masked, and of the training pixels' codes
+for ImageGPT (its cross-entropy on the test tokens), and for translation the source sentence
+copied as its own translation (its chrF).
 "Clearly above": accuracy 5 points over the majority's, RMSE under 90 % of the mean's, ROC-AUC
 over 0.6, a loss under 90 % of the unigram's, chrF 10 points over the copy's. A pair that makes
 no sense (EGNN without coordinates) is listed as refused, with its one-line error. On the karate
@@ -126,6 +127,7 @@ PAIRS = [
     Pair("seq2seq", "translation", "test/chrf", [], 300),
     Pair("rnn_seq2seq", "translation", "test/chrf", [], 300),
     *(Pair(m, d, "test/acc", [], 300) for d in ("digits", "mnist") for m in ("vit", "cnn")),
+    Pair("imagegpt", "digits", "test/loss", [], 150),
     YOUR_TEXT,
     fine_tune(rank=0),
     fine_tune(rank=8),
@@ -197,7 +199,8 @@ def baseline(pair: Pair, metrics: dict, run_dir: Path) -> float | None:
 
         sources, refs = references(processed_dir(run_dir) / "test.tsv")
         return corpus_scores(sources, refs)["chrf"]
-    train, test = token_streams(run_dir)  # language models: the unigram distribution
+    streams = code_streams if pair.model == "imagegpt" else token_streams
+    train, test = streams(run_dir)  # language models: the unigram distribution
     counts = np.bincount(train, minlength=int(max(train.max(), test.max())) + 1) + 1.0
     return float(-np.log(counts[test] / counts.sum()).mean())
 
@@ -212,6 +215,18 @@ def token_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     d = processed_dir(run_dir)
     meta = json.loads((d / "meta.json").read_text())
     return tuple(np.fromfile(d / f"{s}.bin", dtype=meta["dtype"]) for s in ("train", "test"))
+
+
+def code_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """ImageGPT's tokens: the train and test images' pixel codes."""
+    from omegaconf import OmegaConf
+
+    from src.data.images import quantize
+
+    d = ROOT / OmegaConf.load(run_dir / "config.yaml").data.processed_dir
+    codebook = next(d.glob("codebook*.npy"))
+    return tuple(quantize(np.load(d / f"{s}_x.npy"), np.load(codebook)).ravel()
+                 for s in ("train", "test"))  # fmt: skip
 
 
 def clearly_above(metric: str, value: float, base: float) -> bool:
