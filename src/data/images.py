@@ -43,10 +43,10 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from src.data.sources import fetch
-from src.data.text import SPLITS
+from src.data.text import SPLITS, SplitLoaders
 from src.data.text_cls import atomic_dir
 from src.utils.errors import PipelineError
 
@@ -252,7 +252,7 @@ class TokenImages(Dataset):
         return torch.cat([y.new_tensor([self.start]), y[:-1]]), y
 
 
-class ImageDataModule(pl.LightningDataModule):
+class ImageDataModule(SplitLoaders, pl.LightningDataModule):
     """Images and class labels from one of the readers above (see the module docstring)."""
 
     def __init__(
@@ -413,23 +413,3 @@ class ImageDataModule(pl.LightningDataModule):
     def load_state_dict(self, state: dict) -> None:
         if state.get("codebook") is not None and state["codebook"] != self.codebook.tolist():
             raise PipelineError("the checkpoint was trained with another codebook than the data's")
-
-    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
-        hp = self.hparams
-        return DataLoader(
-            self.splits[split],
-            batch_size=hp.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(hp.seed) if shuffle else None,
-            num_workers=hp.num_workers,
-            persistent_workers=hp.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")

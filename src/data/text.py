@@ -314,14 +314,13 @@ class PreparedText(pl.LightningDataModule):
             )
 
 
-class PaddedSplits(PreparedText):
-    """A prepared data module whose `splits` are map-style datasets of whole examples, batched
-    by `collate` (padding to the batch's longest); the training batches are shuffled, seeded."""
+class SplitLoaders:
+    """The loaders of a data module whose `splits` are map-style datasets of whole examples:
+    training batches shuffled (seeded), val and test in order, batched by `collate` (None:
+    torch's default). Its hparams hold batch_size, seed and num_workers."""
 
     splits: dict[str, Dataset]
-
-    def collate(self, items: list) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+    collate = None
 
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
         if split not in self.splits:
@@ -345,6 +344,14 @@ class PaddedSplits(PreparedText):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test")
+
+
+class PaddedSplits(SplitLoaders, PreparedText):
+    """A prepared text data module whose examples are padded to the batch's longest by
+    `collate`."""
+
+    def collate(self, items: list) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
 
 
 class TextDataModule(PreparedText):
