@@ -128,6 +128,10 @@ PAIRS = [
     Pair("rnn_seq2seq", "translation", "test/chrf", [], 300),
     *(Pair(m, d, "test/acc", [], 300) for d in ("digits", "mnist") for m in ("vit", "cnn")),
     Pair("imagegpt", "digits", "test/loss", [], 150),
+    *(
+        Pair(m, "image_folder", "test/acc", ["data.root={user}/pics"], 300, f"{m}/your-images")
+        for m in ("vit", "cnn")
+    ),
     YOUR_TEXT,
     fine_tune(rank=0),
     fine_tune(rank=8),
@@ -136,7 +140,8 @@ PAIRS = [
 
 def user_files(user: Path, raw_dir: Path = ROOT / "data/raw") -> None:
     """A user's own data, made from tiny Shakespeare (fetched into data/raw, or from the mirror):
-    corpus.txt, its first 60 %, and speakers.csv, the 2 most frequent speakers' speeches after."""
+    corpus.txt, its first 60 %, and speakers.csv, the 2 most frequent speakers' speeches after;
+    and pics/<digit>/<n>.png, the 8 x 8 digits as a folder of class folders."""
     import csv
     import os
 
@@ -151,6 +156,14 @@ def user_files(user: Path, raw_dir: Path = ROOT / "data/raw") -> None:
     speeches = shakespeare_speakers(text[cut:], num_classes=2)
     with open(user / "speakers.csv", "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([("text", "label"), *zip(speeches.x, speeches.y, strict=True)])
+    from PIL import Image
+
+    from src.data.images import read_digits
+
+    images, labels, names = read_digits()  # a folder of class folders of PNG files
+    for i, (img, label) in enumerate(zip(images, labels, strict=True)):
+        (user / "pics" / names[label]).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img[0]).save(user / "pics" / names[label] / f"{i}.png")
 
 
 def run(pair: Pair, out: Path, extra: list[str] = ()) -> dict:

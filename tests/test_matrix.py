@@ -38,6 +38,7 @@ def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespe
         rows = list(csv.DictReader(f))
     assert len({r["label"] for r in rows}) == 2 and len(rows) > 100
     assert not any(r["text"] in corpus for r in rows if len(r["text"]) > 200)  # other speeches
+    assert sorted(d.name for d in (tmp_path / "user/pics").iterdir()) == [str(k) for k in range(10)]
 
 
 @pytest.fixture(scope="module")
