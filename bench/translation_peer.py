@@ -7,7 +7,12 @@ with the same warm-up, cosine decay and label smoothing. Only the network and it
 the same sacrebleu call. Marian's layers are post-norm (the original Transformer's), ours
 pre-norm by default.
 
-    python -m bench.translation_peer [--steps 3000] [--out DIR] [--json FILE] [KEY=VALUE ...]
+    python -m bench.translation_peer [--steps 3000] [--out DIR] [--ours RUN_DIR] [--json FILE]
+                                     [KEY=VALUE ...]
+
+`--ours` takes our Transformer from a run already trained (Marian gets its steps), such as
+`bench/translation.py`'s OUT/transformer, instead of training it again (its training seconds are
+the span of its train.log); run both on the same idle machine, one after the other.
 
 Needs the bench extra (`pip install -e ".[bench]"`, which adds transformers). Prints, per model
 and decoding, test BLEU, chrF, exact match and sentences/s, then parameters, training seconds
@@ -116,6 +121,15 @@ def validation_loss(model, data, label_smoothing: float) -> float:
     return total / count
 
 
+def log_span(path: Path) -> float:
+    """Seconds between the first and the last timestamped line of a run's Hydra log."""
+    from datetime import datetime
+
+    stamps = [datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f")
+              for line in path.read_text().splitlines() if line.startswith("[20")]  # fmt: skip
+    return (stamps[-1] - stamps[0]).total_seconds()
+
+
 def translator(model, data, generation: dict):
     """translate(sources, strategy) through HF's generate, for score_decodings."""
     from src.data.translation import pad
@@ -154,13 +168,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=3000, help="training steps of both models")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/translation_peer")
+    p.add_argument("--ours", type=Path, help="our Transformer's run folder, already trained")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     p.add_argument("overrides", nargs="*", help="more key=value for our run (and its data)")
     args = p.parse_args()
 
     from bench.translation import evaluate
 
-    run_dir, ours_seconds = train("transformer", args.steps, args.out.resolve(), args.overrides)
+    if args.ours:
+        run_dir, ours_seconds = args.ours.resolve(), log_span(args.ours / "train.log")
+    else:
+        run_dir, ours_seconds = train("transformer", args.steps, args.out.resolve(), args.overrides)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     results = {"ours": {**evaluate(run_dir), "train_seconds": round(ours_seconds, 1),
                         "tokens_per_sec": metrics.get("train/tokens_per_sec")}}  # fmt: skip
@@ -172,7 +190,7 @@ def main() -> None:
     data.setup("fit")
     model = marian(OmegaConf.to_container(cfg.model.net), data.model_kwargs["vocab_size"],
                    PAD_ID, EOS_ID)  # fmt: skip
-    seconds, tokens_per_sec = train_marian(model, data, cfg, args.steps)
+    seconds, tokens_per_sec = train_marian(model, data, cfg, cfg.trainer.max_steps)
     sources, refs = references(ROOT / cfg.data.processed_dir / "test.tsv")
     translate = translator(model, data, cfg.model.generation)
     results["marian"] = {
@@ -192,7 +210,7 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:<8} {r['parameters']:>11,} {r['train_seconds']:>8.0f} "
               f"{r['tokens_per_sec'] or 0:>9.0f}")  # fmt: skip
-    summary = {"bench": "translation_peer", "steps": args.steps, "models": results}
+    summary = {"bench": "translation_peer", "steps": cfg.trainer.max_steps, "models": results}
     print(json.dumps(summary))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
