@@ -163,6 +163,13 @@ def test_digits_are_split_normalised_and_shifted_only_in_training(tmp_path):
     assert dm.model_kwargs == {"image_size": [8, 8], "channels": 1, "num_classes": 10}
 
 
+def test_image_size_resizes_every_source(tmp_path):
+    dm = module(tmp_path, image_size=[4, 4])  # ImageGPT's shorter window: 16 pixels, not 64
+    assert dm.meta["image_size"] == [4, 4] and dm.model_kwargs["image_size"] == [4, 4]
+    x, _ = next(iter(dm.val_dataloader()))
+    assert x.shape == (128, 1, 4, 4)
+
+
 def test_train_fraction_keeps_a_stratified_share_of_the_train_split(tmp_path):
     full, quarter = module(tmp_path), module(tmp_path, train_fraction=0.25)
     n, k = len(full.splits["train"]), len(quarter.splits["train"])
@@ -198,6 +205,43 @@ def test_a_folder_of_class_folders_is_read_with_its_class_names(tmp_path):
     assert sum(dm.meta["images"].values()) == 20
 
 
+def write_cifar10(folder, per_batch: int = 20) -> None:
+    """A small CIFAR-10 in its own format: pickled dicts of uint8 rows (N, 3 * 32 * 32), channel
+    planes in turn, with their labels, in five train batches and a test batch, and the names."""
+    import pickle
+
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        labels = [i % 10 for i in range(per_batch)]
+        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        data[:, :1024] = np.asarray(labels, np.uint8)[:, None] * 25  # red plane = 25 x label
+        with open(folder / name, "wb") as f:
+            pickle.dump({b"batch_label": name.encode(), b"labels": labels, b"data": data}, f)
+    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse",
+             b"ship", b"truck"]  # fmt: skip
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": names, b"num_vis": 3072}, f)
+
+
+def test_cifar10_batches_are_read_as_colour_images_with_their_own_test_split(tmp_path):
+    write_cifar10(tmp_path / "cifar" / "cifar-10-batches-py")
+    dm = module(tmp_path, source="cifar10", root=str(tmp_path / "cifar"))
+    meta = dm.meta
+    assert meta["image_size"] == [32, 32] and meta["channels"] == 3
+    assert meta["classes"][:2] == ["airplane", "automobile"]
+    assert meta["images"]["test"] == 20 and meta["images"]["train"] + meta["images"]["val"] == 100
+    x, y = dm.splits["test"][3]  # label 3: its red plane is 75 everywhere, before normalising
+    red = x[0] * meta["std"][0] + meta["mean"][0]
+    assert int(y) == 3 and torch.allclose(red, torch.full((32, 32), 75.0), atol=1e-3)
+
+
+def test_a_cifar10_folder_without_its_batches_is_one_clear_error(tmp_path):
+    (tmp_path / "cifar").mkdir()
+    with pytest.raises(PipelineError, match=r"batches\.meta: not a CIFAR-10 file"):
+        module(tmp_path, source="cifar10", root=str(tmp_path / "cifar"))
+
+
 @pytest.mark.parametrize(
     "make, match",
     [
@@ -227,6 +271,19 @@ def test_kmeans_codes_round_trip_within_the_quantisation_error():
     error = np.abs(back.numpy() - x / 255.0)
     gaps = np.diff(codebook[:, 0]).max()  # no pixel is further from its code than half a gap
     assert error.max() <= gaps / 2 + 1e-6 and error.mean() < 0.03
+
+
+def test_the_benchs_context_model_predicts_a_pixel_from_its_causal_neighbours():
+    """bench/vision.py's count baseline for ImageGPT: images of vertical stripes are certain
+    given the pixel above (after the first row), noise costs log2 K bits whatever the context."""
+    from bench.vision import context_bits
+
+    rng = np.random.default_rng(0)
+    stripes = np.broadcast_to(rng.integers(0, 4, (200, 1, 8)), (200, 8, 8)).copy()
+    bits = context_bits(stripes[:100], stripes[100:], k=4)
+    assert bits < 2 / 8 + 0.15  # ~2 bits for each first-row pixel, ~0 for the other 7 rows
+    noise = rng.integers(0, 4, (2100, 8, 8))
+    assert abs(context_bits(noise[:2000], noise[2000:], k=4) - 2) < 0.05
 
 
 def test_imagegpt_batches_start_with_the_start_token_and_never_sample_it(tmp_path):

@@ -7,7 +7,9 @@ Sources (`source`):
            Fashion-MNIST, Kannada-MNIST, ... share the format); without `root`, MNIST fetched once
   cifar10  CIFAR-10's python batches (`cifar-10-batches-py/` in `root`, or fetched once)
   folder   `root/<class>/*.png|jpg|...`: any images in class sub-folders, read with Pillow,
-           converted to `mode` (L or RGB) and, when `image_size` is set, resized to it
+           converted to `mode` (L or RGB)
+With `image_size=[H, W]`, every source's images are resized to H x W (Pillow, bilinear with
+antialiasing): a folder's images of mixed sizes, or smaller images for a shorter ImageGPT window.
 
 Preparation (the DVC stage `prepare_images`, or the first run; skipped while the settings
 fingerprint in meta.json matches):
@@ -112,19 +114,35 @@ def read_cifar10(root: Path) -> tuple[Images, Images]:
     """(test, train) from CIFAR-10's python pickles."""
     folder = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
 
-    def batch(name: str) -> tuple[np.ndarray, np.ndarray]:
+    def load(name: str) -> dict:
         try:
             with open(folder / name, "rb") as f:
-                d = pickle.load(f, encoding="bytes")  # the dataset's own format: trusted files
+                return pickle.load(f, encoding="bytes")  # the dataset's own format: trusted files
         except (OSError, pickle.UnpicklingError, EOFError) as e:
-            raise PipelineError(f"{folder / name}: not a CIFAR-10 batch ({e})") from None
+            raise PipelineError(f"{folder / name}: not a CIFAR-10 file ({e})") from None
+
+    def batch(name: str) -> tuple[np.ndarray, np.ndarray]:
+        d = load(name)
         return d[b"data"].reshape(-1, 3, 32, 32), np.asarray(d[b"labels"], np.int64)
 
-    meta = pickle.loads((folder / "batches.meta").read_bytes(), encoding="bytes")
-    names = [n.decode() for n in meta[b"label_names"]]
+    names = [n.decode() for n in load("batches.meta")[b"label_names"]]
     train = [batch(f"data_batch_{i}") for i in range(1, 6)]
     x, y = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
     return (*batch("test_batch"), names), (x, y, names)
+
+
+def resized(im, size: tuple[int, int] | None):
+    """A Pillow image at size (H, W), or as it is when size is None."""
+    from PIL import Image
+
+    return im if size is None else im.resize((size[1], size[0]), Image.BILINEAR)
+
+
+def resize_all(x: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 images (N, C, H, W) -> (N, C, size[0], size[1]), channel by channel."""
+    from PIL import Image
+
+    return np.stack([[np.asarray(resized(Image.fromarray(c), size)) for c in img] for img in x])
 
 
 def read_folder(root: Path, mode: str, image_size: tuple[int, int] | None) -> Images:
@@ -145,10 +163,7 @@ def read_folder(root: Path, mode: str, image_size: tuple[int, int] | None) -> Im
         for f in files:
             try:
                 with Image.open(f) as im:
-                    im = im.convert(mode)
-                    if image_size is not None:
-                        im = im.resize((image_size[1], image_size[0]), Image.BILINEAR)
-                    a = np.asarray(im, dtype=np.uint8)
+                    a = np.asarray(resized(im.convert(mode), image_size), dtype=np.uint8)
             except (OSError, UnidentifiedImageError) as e:
                 raise PipelineError(f"{f}: not a readable image ({e})") from None
             sizes.setdefault(a.shape[:2], f)
@@ -325,6 +340,9 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             share = hp.splits[1] / (hp.splits[0] + hp.splits[1])
             fit, val = stratified_split(ty, (1 - share, share), hp.split_seed)
             out = {"train": (tx[fit], ty[fit]), "val": (tx[val], ty[val]), "test": (x, y)}
+        size = tuple(hp.image_size or ())
+        if size and x.shape[2:] != size:
+            out = {s: (resize_all(xs, size), ys) for s, (xs, ys) in out.items()}
         return out, classes
 
     def prepare_data(self) -> None:
