@@ -117,7 +117,7 @@ def test_every_benchmark_is_a_dvc_stage():
     benches = ("bench_gpt_shakespeare", "bench_gnn_cora", "bench_gin_mutag", "bench_esol",
                "oversmoothing", "bench_bert_speakers", "bench_matrix",
                "bench_generation", "bench_translation", "bench_translation_peer",
-               "bench_vision")  # fmt: skip
+               "bench_vision", "bench_audio")  # fmt: skip
     for stage in benches:
         assert f"bench/dvc.yaml:{stage}" in out and f"{stage} " not in pipeline
     assert "bench/dvc.yaml:bert_pretrain" in out
@@ -130,6 +130,8 @@ def test_every_benchmark_is_a_dvc_stage():
         "prepare_translation",
         "fetch@mnist",
         "prepare_images",
+        "fetch@fsdd",
+        "prepare_audio",
     ):
         assert stage in pipeline
     stages = yaml.safe_load((ROOT / "bench/dvc.yaml").read_text())["stages"]

@@ -1,0 +1,310 @@
+"""Labelled audio for the audio spectrogram Transformer (Bishop, Deep Learning, sec. 12.4.3): a
+recording becomes a log-mel spectrogram, an image of one channel over (mel band x time) that the
+vision models read as they read pictures (src.nn.patch, src.models.image).
+
+Files: every audio file (WAV, FLAC, OGG, read with soundfile) under `root`, recursively, or,
+without `root`, the registered dataset `dataset` (FSDD), fetched once. The label and speaker come
+from the file's name through `pattern`, a regex with the named groups `label` and optionally
+`speaker` and `take` (FSDD's `{digit}_{speaker}_{take}.wav` is the preset `data=fsdd`), or, when
+`pattern` is null, the label is the name of the file's folder (the Speech Commands layout).
+
+Preparation (the DVC stage `prepare_audio`, or the first run; skipped while the settings
+fingerprint in meta.json matches): each file mixed to mono, resampled to `sample_rate` (librosa,
+soxr), cut or padded with silence to `duration` seconds, turned into a log-mel spectrogram
+(librosa: `n_mels` bands between `f_min` and `f_max`, windows of `win_length` samples every
+`hop_length`, in decibels), written atomically into `processed_dir`:
+
+    features.npy    float32 log-mels (N, n_mels, frames), read as a memory map
+    manifest.tsv    file, label, speaker, take of each row
+    meta.json       settings, classes, spectrogram shape, files skipped
+
+A bad file (unreadable, corrupt, empty) stops the stage with its name, leaving nothing behind,
+or with `skip_bad=true` is skipped and counted.
+
+Splits (at set-up, from the manifest, so that changing them does not recompute spectrograms):
+`split=random` stratified by label (`splits`, seeded); `split=speaker` holds out
+`test_speakers` (or, with `fold=K`, the K-th speaker in sorted order: leave-one-speaker-out),
+never seen in training, and val is a stratified share of the other speakers' files;
+`split=official` is FSDD's: takes 0-4 of every speaker are test. Batches are (x, y), x
+(B, 1, n_mels, frames) normalised with the mean and std of the train split's spectrograms;
+training spectrograms get SpecAugment's masks: one band of up to `freq_mask` mel bands and one of
+up to `time_mask` frames set to the mean.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import Dataset
+
+from src.data.images import stratified_split
+from src.data.sources import fetch
+from src.data.text import SPLITS, SplitLoaders
+from src.data.text_cls import atomic_dir
+from src.utils.errors import PipelineError
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when the processed layout changes
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg"}
+
+
+# --------------------------------------------------------------------------- the mel stage
+
+
+def load_audio(path: Path, sample_rate: int) -> np.ndarray:
+    """A file's samples, mono, at sample_rate: float32 (S,)."""
+    import librosa
+    import soundfile as sf
+
+    try:
+        y, sr = sf.read(path, dtype="float32", always_2d=True)  # (S, channels)
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        raise PipelineError(f"{path}: not a readable audio file ({e})") from None
+    if len(y) == 0:
+        raise PipelineError(f"{path}: an empty audio file (no samples)")
+    y = y.mean(axis=1)
+    return librosa.resample(y, orig_sr=sr, target_sr=sample_rate) if sr != sample_rate else y
+
+
+def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
+    """Samples at s["sample_rate"] -> log-mel spectrogram (n_mels, frames) in dB, frames =
+    duration x sample_rate / hop_length; shorter recordings are padded with silence."""
+    import librosa
+
+    samples = round(s["duration"] * s["sample_rate"])
+    y = np.pad(y[:samples], (0, max(0, samples - len(y))))
+    mel = librosa.feature.melspectrogram(
+        y=y, sr=s["sample_rate"], n_fft=s["n_fft"], win_length=s["win_length"],
+        hop_length=s["hop_length"], n_mels=s["n_mels"], fmin=s["f_min"], fmax=s["f_max"],
+    )  # fmt: skip
+    frames = samples // s["hop_length"]
+    return librosa.power_to_db(mel, ref=1.0, amin=1e-10)[:, :frames].astype(np.float32)
+
+
+def label_of(path: Path, root: Path, pattern: re.Pattern | None) -> tuple[str, str, int]:
+    """(label, speaker, take) of a file: from its name through `pattern`, or its folder's name."""
+    if pattern is None:
+        if path.parent == root:
+            raise PipelineError(f"{path}: not in a class folder (root/<label>/<file>); or set "
+                                "data.pattern to read the label from file names")  # fmt: skip
+        return path.parent.name, "", -1
+    m = pattern.fullmatch(path.name)
+    if m is None:
+        raise PipelineError(f"{path}: its name does not match data.pattern={pattern.pattern!r}")
+    groups = m.groupdict()
+    take = groups.get("take")
+    return groups["label"], groups.get("speaker") or "", int(take) if take else -1
+
+
+# --------------------------------------------------------------------------- batches
+
+
+class Spectrograms(Dataset):
+    """One split's log-mels as (1, n_mels, frames) tensors normalised by the train mean and std;
+    with masks, SpecAugment's: a random band of up to freq_mask mel bands and one of up to
+    time_mask frames set to 0 (the mean)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, mean: float, std: float,
+                 freq_mask: int = 0, time_mask: int = 0, seed: int = 0):  # fmt: skip
+        self.x, self.y, self.mean, self.std = x, y, mean, std
+        self.masks, self.rng = (freq_mask, time_mask), np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        x = (torch.from_numpy(np.array(self.x[i])) - self.mean) / self.std  # (n_mels, frames)
+        for axis, width in enumerate(self.masks):
+            if width:
+                w = int(self.rng.integers(0, width + 1))
+                start = int(self.rng.integers(0, x.shape[axis] - w + 1))
+                x.narrow(axis, start, w).zero_()
+        return x[None], int(self.y[i])
+
+
+# --------------------------------------------------------------------------- the data module
+
+
+class AudioDataModule(SplitLoaders, pl.LightningDataModule):
+    """Labelled recordings as log-mel spectrograms (see the module docstring)."""
+
+    def __init__(
+        self,
+        processed_dir: str,
+        root: str | None = None,
+        dataset: str | None = "fsdd",
+        name: str | None = None,
+        raw_dir: str = "data/raw",
+        mirror: str | None = None,
+        pattern: str | None = None,
+        sample_rate: int = 8000,
+        duration: float = 1.0,
+        n_mels: int = 64,
+        n_fft: int = 512,
+        win_length: int = 200,
+        hop_length: int = 80,
+        f_min: float = 0.0,
+        f_max: float | None = None,
+        skip_bad: bool = False,
+        split: str = "random",
+        test_speakers: list[str] | None = None,
+        fold: int | None = None,
+        splits: tuple[float, float, float] = (0.8, 0.1, 0.1),
+        split_seed: int = 0,
+        freq_mask: int = 0,
+        time_mask: int = 0,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        if split not in ("random", "speaker", "official"):
+            raise PipelineError(f"data.split={split!r}: choose random, speaker or official")
+        if split == "speaker" and not test_speakers and fold is None:
+            raise PipelineError("data.split=speaker needs data.test_speakers=[...] or data.fold=K")
+        if root is None and dataset is None:
+            raise PipelineError("no audio: set data.root=<folder of audio files>")
+        if pattern is not None:
+            try:
+                groups = re.compile(pattern).groupindex
+            except re.error as e:
+                raise PipelineError(f"data.pattern={pattern!r}: not a regex ({e})") from None
+            if "label" not in groups:
+                raise PipelineError(f"data.pattern={pattern!r} has no (?P<label>...) group")
+        if abs(sum(splits) - 1) > 1e-6 or min(splits) <= 0:
+            raise PipelineError(f"data.splits={list(splits)} must be positive and sum to 1")
+        self.save_hyperparameters(logger=False)
+        self.processed_dir = Path(processed_dir)
+        self.splits: dict[str, Dataset] = {}
+
+    # -- preparation
+    def _settings(self) -> dict:
+        hp = self.hparams
+        keys = ("dataset", "pattern", "sample_rate", "duration", "n_mels", "n_fft", "win_length",
+                "hop_length", "f_min", "f_max", "skip_bad")  # fmt: skip
+        root = str(Path(hp.root).expanduser().resolve()) if hp.root else None
+        return {"format": FORMAT, "root": root, **{k: hp[k] for k in keys}}
+
+    def _root(self) -> Path:
+        hp = self.hparams
+        if hp.root is None:
+            return fetch(hp.dataset, hp.raw_dir, hp.mirror)
+        root = Path(hp.root).expanduser()
+        if not root.is_dir():
+            raise PipelineError(f"data.root={hp.root}: no such folder")
+        return root
+
+    def prepare_data(self) -> None:
+        settings = self._settings()
+        meta_file = self.processed_dir / "meta.json"
+        if not meta_file.exists() or json.loads(meta_file.read_text()).get("settings") != settings:
+            self._prepare(settings)
+
+    def _prepare(self, s: dict) -> None:
+        from rich.progress import track
+
+        root, hp = self._root(), self.hparams
+        files = sorted(f for f in root.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
+        if not files:
+            raise PipelineError(f"{root}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
+        pattern = re.compile(hp.pattern) if hp.pattern else None
+        rows, features, bad = [], [], []
+        for f in track(files, description="log-mel spectrograms", transient=True):
+            label, speaker, take = label_of(f, root, pattern)
+            try:
+                features.append(log_mel(load_audio(f, s["sample_rate"]), s))
+            except PipelineError as e:
+                if not hp.skip_bad:
+                    raise
+                bad.append(str(e))
+                continue
+            rows.append((str(f.relative_to(root)), label, speaker, take))
+        if bad:
+            log.warning("skipped %d bad audio files (data.skip_bad=true), the first: %s",
+                        len(bad), bad[0])  # fmt: skip
+        if not rows:
+            raise PipelineError(f"{root}: no readable audio files")
+        classes = sorted({r[1] for r in rows})
+        with atomic_dir(self.processed_dir) as tmp:
+            np.save(tmp / "features.npy", np.stack(features))
+            lines = ["file\tlabel\tspeaker\ttake", *("\t".join(map(str, r)) for r in rows)]
+            (tmp / "manifest.tsv").write_text("\n".join(lines) + "\n")
+            meta = {"settings": s, "classes": classes, "image_size": list(features[0].shape),
+                    "files": len(rows), "skipped": len(bad)}  # fmt: skip
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        log.info("prepared %d recordings (%d skipped) as %dx%d log-mels -> %s", len(rows),
+                 len(bad), *features[0].shape, self.processed_dir)  # fmt: skip
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.processed_dir / "meta.json").read_text())
+
+    @property
+    def classes(self) -> list[str]:
+        return self.meta["classes"]
+
+    def manifest(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(label index, speaker, take) of every row of the features."""
+        lines = (self.processed_dir / "manifest.tsv").read_text().splitlines()[1:]
+        rows = [line.split("\t") for line in lines]
+        index = {c: i for i, c in enumerate(self.classes)}
+        return (np.array([index[r[1]] for r in rows]), np.array([r[2] for r in rows]),
+                np.array([int(r[3]) for r in rows]))  # fmt: skip
+
+    def split_rows(self) -> dict[str, np.ndarray]:
+        """The rows of each split, by data.split."""
+        hp = self.hparams
+        y, speakers, takes = self.manifest()
+        if hp.split == "random":
+            return dict(zip(SPLITS, stratified_split(y, hp.splits, hp.split_seed), strict=True))
+        if hp.split == "speaker":
+            known = sorted(set(speakers))
+            if hp.fold is not None:
+                if not 0 <= hp.fold < len(known):
+                    raise PipelineError(f"data.fold={hp.fold}: choose 0-{len(known) - 1} "
+                                        f"({', '.join(known)})")  # fmt: skip
+                held_out = [known[hp.fold]]
+            else:
+                held_out = list(hp.test_speakers)
+            if unknown := sorted(set(held_out) - set(known)):
+                raise PipelineError(f"data.test_speakers: no recordings of {', '.join(unknown)}"
+                                    f" (speakers: {', '.join(known)})")  # fmt: skip
+            test = np.isin(speakers, held_out)
+        else:  # official
+            if (takes < 0).all():
+                raise PipelineError("data.split=official needs the take in data.pattern")
+            test = takes < 5
+        rest = np.flatnonzero(~test)
+        share = hp.splits[1] / (hp.splits[0] + hp.splits[1])
+        fit, val = stratified_split(y[rest], (1 - share, share), hp.split_seed)
+        return {"train": rest[fit], "val": rest[val], "test": np.flatnonzero(test)}
+
+    @property
+    def model_kwargs(self) -> dict:
+        image_size, classes = self.meta["image_size"], self.meta["classes"]
+        return {"image_size": image_size, "channels": 1, "num_classes": len(classes)}
+
+    def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The labels of the train split and of `split` (for the majority-class baseline)."""
+        y, rows = torch.from_numpy(self.manifest()[0]), self.split_rows()
+        return y[rows["train"]], y[rows[split]]
+
+    # -- loading
+    def setup(self, stage: str | None = None) -> None:
+        hp = self.hparams
+        x = np.load(self.processed_dir / "features.npy", mmap_mode="r")
+        y, rows = self.manifest()[0], self.split_rows()
+        train = np.asarray(x[rows["train"]])
+        mean, std = float(train.mean()), float(train.std()) + 1e-6
+        for split in SPLITS:
+            masks = (hp.freq_mask, hp.time_mask) if split == "train" else (0, 0)
+            self.splits[split] = Spectrograms(x[rows[split]], y[rows[split]], mean, std, *masks,
+                                              seed=hp.seed)  # fmt: skip
+        log.info("audio splits (%s): %s", hp.split, {s: len(r) for s, r in rows.items()})

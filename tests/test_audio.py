@@ -1,0 +1,203 @@
+"""Audio (sec. 12.4.3): the mel stage, the splits by speaker, SpecAugment, bad audio files, and the
+audio spectrogram Transformer and the CNN through the entry point, on FSDD recordings from the
+data mirror."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from src.data.audio import AudioDataModule, log_mel
+from src.nn.patch import PatchEmbedding
+from src.utils.errors import PipelineError
+from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
+
+RECORDINGS = MIRROR / "fsdd" / "recordings"
+FSDD = r"(?P<label>\d)_(?P<speaker>[a-z]+)_(?P<take>\d+)\.wav"
+SETTINGS = dict(sample_rate=8000, duration=1.0, n_mels=64, n_fft=512, win_length=200,
+                hop_length=80, f_min=0.0, f_max=None)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fsdd(tmp_path_factory):
+    """10 takes of every digit by 3 of FSDD's speakers: 300 real recordings."""
+    if not RECORDINGS.is_dir():
+        pytest.skip(f"dataset missing in the mirror: {RECORDINGS}")
+    root = tmp_path_factory.mktemp("fsdd")
+    for speaker in ("george", "jackson", "theo"):
+        for digit in range(10):
+            for take in range(10):
+                name = f"{digit}_{speaker}_{take}.wav"
+                shutil.copy(RECORDINGS / name, root / name)
+    return root
+
+
+def module(root, tmp_path, **kw) -> AudioDataModule:
+    dm = AudioDataModule(processed_dir=str(tmp_path / "processed"), root=str(root), **kw)
+    dm.prepare_data()
+    dm.setup()
+    return dm
+
+
+# ---------------------------------------------------------------- the mel stage
+
+
+@pytest.mark.parametrize(
+    "changes, shape",
+    [({}, (64, 100)), ({"duration": 0.5}, (64, 50)), ({"n_mels": 40, "hop_length": 160}, (40, 50)),
+     ({"sample_rate": 16000, "hop_length": 160, "duration": 2.0}, (64, 200))],
+)  # fmt: skip
+def test_log_mels_have_n_mels_bands_and_duration_over_hop_frames(changes, shape):
+    s = {**SETTINGS, **changes}
+    short = np.random.default_rng(0).standard_normal(1000).astype(np.float32)  # padded
+    long = np.random.default_rng(0).standard_normal(5 * s["sample_rate"]).astype(np.float32)
+    assert log_mel(short, s).shape == log_mel(long, s).shape == shape
+
+
+def test_a_sine_tone_peaks_in_the_mel_band_of_its_frequency():
+    import librosa
+
+    t = np.arange(8000) / 8000
+    tone = np.sin(2 * np.pi * 1000 * t).astype(np.float32)  # 1 kHz for a second
+    mel = log_mel(tone, SETTINGS)  # (64, 100)
+    centres = librosa.mel_frequencies(64 + 2, fmin=0, fmax=4000)[1:-1]
+    assert int(mel.mean(1).argmax()) == int(np.abs(centres - 1000).argmin())
+
+
+def test_the_stage_writes_features_and_manifest_once_and_again_when_n_mels_changes(fsdd, tmp_path):
+    dm = module(fsdd, tmp_path, pattern=FSDD)
+    features = tmp_path / "processed" / "features.npy"
+    assert np.load(features, mmap_mode="r").shape == (300, 64, 100)
+    manifest = (tmp_path / "processed" / "manifest.tsv").read_text().splitlines()
+    rows = list(csv.DictReader(manifest, delimiter="\t"))
+    assert rows[0] == {"file": "0_george_0.wav", "label": "0", "speaker": "george", "take": "0"}
+    stamp = features.stat().st_mtime_ns
+    dm.prepare_data()  # same settings: nothing to do
+    assert features.stat().st_mtime_ns == stamp
+    module(fsdd, tmp_path, pattern=FSDD, n_mels=32)
+    assert np.load(features, mmap_mode="r").shape == (300, 32, 100)
+
+
+# ---------------------------------------------------------------- splits and batches
+
+
+def test_normalisation_statistics_come_from_the_training_split_only(fsdd, tmp_path):
+    dm = module(fsdd, tmp_path, pattern=FSDD, split="speaker", test_speakers=["theo"])
+    features = np.load(tmp_path / "processed" / "features.npy")
+    train_rows = dm.split_rows()["train"]
+    train = dm.splits["train"]
+    assert train.mean == pytest.approx(float(features[train_rows].mean()), rel=1e-5)
+    assert train.std == pytest.approx(float(features[train_rows].std()), rel=1e-4)
+    assert dm.splits["test"].mean == train.mean  # test spectrograms use the train statistics
+    assert abs(float(features.mean()) - train.mean) > 1e-3  # all rows would give another
+
+
+@pytest.mark.parametrize("fold", [0, 1, 2])
+def test_the_speaker_split_never_puts_one_speaker_on_both_sides(fsdd, tmp_path, fold):
+    dm = module(fsdd, tmp_path, pattern=FSDD, split="speaker", fold=fold)
+    _, speakers, _ = dm.manifest()
+    rows = dm.split_rows()
+    held_out = ["george", "jackson", "theo"][fold]
+    assert set(speakers[rows["test"]]) == {held_out}
+    assert held_out not in set(speakers[rows["train"]]) | set(speakers[rows["val"]])
+    assert sum(len(r) for r in rows.values()) == 300
+
+
+def test_the_official_split_tests_takes_0_to_4(fsdd, tmp_path):
+    dm = module(fsdd, tmp_path, pattern=FSDD, split="official")
+    _, _, takes = dm.manifest()
+    rows = dm.split_rows()
+    assert (takes[rows["test"]] < 5).all() and len(rows["test"]) == 150
+    assert (takes[np.concatenate([rows["train"], rows["val"]])] >= 5).all()
+
+
+def test_specaugment_masks_up_to_the_configured_widths_only_in_training(fsdd, tmp_path):
+    dm = module(fsdd, tmp_path, pattern=FSDD, freq_mask=8, time_mask=20)
+
+    def masked(x: torch.Tensor) -> tuple[int, int]:  # (bands, frames) entirely zero
+        zero = x[0] == 0
+        return int(zero.all(1).sum()), int(zero.all(0).sum())
+
+    train = [masked(dm.splits["train"][i][0]) for i in range(50)]
+    assert max(b for b, _ in train) <= 8 and max(f for _, f in train) <= 20
+    assert sum(b for b, _ in train) > 0 and sum(f for _, f in train) > 0
+    assert all(masked(dm.splits["val"][i][0]) == (0, 0) for i in range(20))
+
+
+def test_labels_come_from_class_folders_without_a_pattern(fsdd, tmp_path):
+    root = tmp_path / "commands"
+    for word, digit in (("yes", 1), ("no", 2)):
+        (root / word).mkdir(parents=True)
+        for take in range(5):
+            shutil.copy(fsdd / f"{digit}_george_{take}.wav", root / word / f"{take}.wav")
+    dm = module(root, tmp_path)
+    assert dm.classes == ["no", "yes"] and dm.model_kwargs == {
+        "image_size": [64, 100], "channels": 1, "num_classes": 2}  # fmt: skip
+
+
+# ---------------------------------------------------------------- bad audio
+
+
+def bad_folder(fsdd, tmp_path, kind: str):
+    """A folder of three good recordings and one bad file named 9_george_0.wav."""
+    import soundfile as sf
+
+    root = tmp_path / "audio"
+    root.mkdir()
+    for take in range(3):
+        shutil.copy(fsdd / f"1_george_{take}.wav", root)
+    bad = root / "9_george_0.wav"
+    if kind == "corrupt":
+        bad.write_bytes(b"RIFF\x00\x01\x00\x00WAVEfmt " + bytes(40))
+    else:  # a well-formed WAV of no samples
+        sf.write(bad, np.zeros(0, np.float32), 8000)
+    return root
+
+
+@pytest.mark.parametrize("kind, match", [("corrupt", "not a readable audio file"),
+                                         ("empty", "an empty audio file")])  # fmt: skip
+def test_a_bad_file_is_named_and_the_stage_leaves_nothing_behind(fsdd, tmp_path, kind, match):
+    root = bad_folder(fsdd, tmp_path, kind)
+    with pytest.raises(PipelineError, match=f"9_george_0.wav: {match}"):
+        module(root, tmp_path, pattern=FSDD)
+    assert not (tmp_path / "processed").exists()
+    dm = module(root, tmp_path, pattern=FSDD, skip_bad=True, splits=[0.34, 0.33, 0.33])
+    assert dm.meta["files"] == 3 and dm.meta["skipped"] == 1
+
+
+def test_a_bad_audio_file_is_one_error_line_through_the_entry_point(fsdd, tmp_path):
+    root = bad_folder(fsdd, tmp_path, "corrupt")
+    data, run = tmp_path / "data", tmp_path / "run"
+    proc = run_module("src.train", "model=ast", "data=fsdd", f"data.root={root}",
+                      f"paths.data_dir={data}", f"hydra.run.dir={run}")  # fmt: skip
+    assert_one_error_line(proc, "9_george_0.wav", "not a readable audio file")
+
+
+# ---------------------------------------------------------------- models through the entry point
+
+
+def test_ast_patches_overlap_and_tile_the_log_mels():
+    emb = PatchEmbedding((64, 100), 1, patch=16, d_model=8, stride=12)  # conf/model/ast.yaml
+    assert emb.grid == (5, 8) and emb.num_patches == 40
+
+
+@pytest.mark.parametrize("model", ["ast", "cnn"])
+def test_ast_and_cnn_learn_spoken_digits_through_the_entry_point(fsdd, tmp_path, model):
+    run = tmp_path / "run"
+    proc = run_module("src.train", f"model={model}", "data=fsdd", f"data.root={fsdd}",
+                      "trainer.max_steps=40", "trainer.log_every_n_steps=5", "logger=csv",
+                      "callbacks.progress_bar.refresh_rate=0",
+                      f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
+    assert_ok(proc)
+    rows = list(csv.DictReader((run / "csv" / "metrics.csv").read_text().splitlines()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert losses[-1] < losses[0]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"test/acc", "test/f1", "test/acc_majority"} <= metrics.keys()
+    assert (run / "confusion.png").stat().st_size > 10_000
+    assert (run / "attention.png").exists() == (model == "ast")
