@@ -100,10 +100,14 @@ def context_bits(train: np.ndarray, test: np.ndarray, k: int) -> float:
 
 def imagegpt(steps: int, out: Path, samples: Path, overrides: list[str]) -> dict:
     """ImageGPT trained and tested on the split; its bits per token beside the count models'."""
-    from src.data.images import quantize
-
     run_dir = out / "imagegpt"
     m, seconds = run([*IMAGEGPT, *overrides], steps, run_dir)
+    return score_imagegpt(run_dir, m, seconds, samples)
+
+
+def score_imagegpt(run_dir: Path, m: dict, seconds: float, samples: Path) -> dict:
+    from src.data.images import quantize
+
     d = processed(run_dir)
     codebook = np.load(next(d.glob("codebook*.npy")))
     train, test = (quantize(np.load(d / f"{s}_x.npy"), codebook) for s in ("train", "test"))

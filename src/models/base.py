@@ -48,6 +48,10 @@ class TransformerModule(pl.LightningModule):
         )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+    def on_train_start(self) -> None:
+        # the model's size in metrics.json, beside what it buys
+        self.log("params/total", float(sum(p.numel() for p in self.parameters())))
+
     def check_finite(self, loss: Tensor) -> None:
         if not torch.isfinite(loss):
             raise PipelineError(

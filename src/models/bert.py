@@ -247,6 +247,7 @@ class BertClassifier(TransformerModule):
         self._eval_step("test", batch)
 
     def on_train_start(self) -> None:
+        super().on_train_start()
         trainable, total = count_parameters(self)
         log.info("trainable parameters: %d of %d (%.2f%%)", trainable, total,
                  100 * trainable / total)  # fmt: skip

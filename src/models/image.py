@@ -156,9 +156,6 @@ class ImageClassifier(TransformerModule):
     def validation_step(self, batch, batch_idx: int) -> None:
         self._eval_step("val", batch)
 
-    def on_train_start(self) -> None:
-        self.log("params/total", float(sum(p.numel() for p in self.parameters())))  # metrics.json
-
     def test_step(self, batch, batch_idx: int) -> None:
         self._eval_step("test", batch)
         self.confusion.update(self(batch[0]), batch[1])
