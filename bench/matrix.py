@@ -132,6 +132,11 @@ PAIRS = [
         Pair(m, "image_folder", "test/acc", ["data.root={user}/pics"], 300, f"{m}/your-images")
         for m in ("vit", "cnn")
     ),
+    *(Pair(m, "fsdd", "test/acc", [], 300) for m in ("ast", "cnn")),
+    *(
+        Pair(m, "audio", "test/acc", ["data.root={user}/sounds"], 300, f"{m}/your-audio")
+        for m in ("ast", "cnn")
+    ),
     YOUR_TEXT,
     fine_tune(rank=0),
     fine_tune(rank=8),
@@ -141,7 +146,9 @@ PAIRS = [
 def user_files(user: Path, raw_dir: Path = ROOT / "data/raw") -> None:
     """A user's own data, made from tiny Shakespeare (fetched into data/raw, or from the mirror):
     corpus.txt, its first 60 %, and speakers.csv, the 2 most frequent speakers' speeches after;
-    and pics/<digit>/<n>.png, the 8 x 8 digits as a folder of class folders."""
+    pics/<digit>/<n>.png, the 8 x 8 digits as a folder of class folders; and
+    sounds/<word>/<n>.flac, FSDD's recordings of the digits 0-4 by two speakers as stereo FLAC
+    at 16 kHz in folders named by the word (zero, one, ...): other rate, channels and format."""
     import csv
     import os
 
@@ -164,6 +171,18 @@ def user_files(user: Path, raw_dir: Path = ROOT / "data/raw") -> None:
     for i, (img, label) in enumerate(zip(images, labels, strict=True)):
         (user / "pics" / names[label]).mkdir(parents=True, exist_ok=True)
         Image.fromarray(img[0]).save(user / "pics" / names[label] / f"{i}.png")
+    import librosa
+    import soundfile as sf
+
+    fsdd = fetch("fsdd", raw_dir, os.environ.get("DATA_MIRROR")) / "recordings"
+    for digit, word in enumerate(("zero", "one", "two", "three", "four")):
+        (user / "sounds" / word).mkdir(parents=True, exist_ok=True)
+        for speaker in ("jackson", "nicolas"):
+            for take in range(50):
+                y, sr = sf.read(fsdd / f"{digit}_{speaker}_{take}.wav", dtype="float32")
+                y = librosa.resample(y, orig_sr=sr, target_sr=16000)
+                sf.write(user / "sounds" / word / f"{speaker}{take}.flac",
+                         np.stack([y, 0.5 * y], axis=1), 16000)  # fmt: skip
 
 
 def run(pair: Pair, out: Path, extra: list[str] = ()) -> dict:

@@ -39,6 +39,13 @@ def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespe
     assert len({r["label"] for r in rows}) == 2 and len(rows) > 100
     assert not any(r["text"] in corpus for r in rows if len(r["text"]) > 200)  # other speeches
     assert sorted(d.name for d in (tmp_path / "user/pics").iterdir()) == [str(k) for k in range(10)]
+    sounds = sorted((tmp_path / "user/sounds").rglob("*.flac"))
+    assert len(sounds) == 500 and {f.parent.name for f in sounds} == {
+        "zero", "one", "two", "three", "four"}  # fmt: skip
+    import soundfile as sf
+
+    info = sf.info(sounds[0])
+    assert (info.samplerate, info.channels, info.format) == (16000, 2, "FLAC")
 
 
 @pytest.fixture(scope="module")

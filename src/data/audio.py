@@ -135,6 +135,8 @@ class Spectrograms(Dataset):
 class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     """Labelled recordings as log-mel spectrograms (see the module docstring)."""
 
+    origin = "lower"  # plots draw the lowest mel band at the bottom, as spectrograms are drawn
+
     def __init__(
         self,
         processed_dir: str,

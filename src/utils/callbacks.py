@@ -266,7 +266,9 @@ class ImagePlots(pl.Callback):
         titles = [f"{classes[int(t)]} (predicted {classes[int(p)]})"
                   for t, p in zip(y, predicted, strict=True)]  # fmt: skip
         path = Path(trainer.default_root_dir) / "attention.png"
-        plot_image_attention(x.cpu(), last.cpu(), rolled.cpu(), titles, path, trainer.global_step)
+        origin = getattr(trainer.datamodule, "origin", "upper")  # spectrograms: low bands down
+        plot_image_attention(x.cpu(), last.cpu(), rolled.cpu(), titles, path, trainer.global_step,
+                             origin)  # fmt: skip
         log_image(trainer, "val/attention", path)
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -366,9 +368,11 @@ def plot_image_rows(rows: list[torch.Tensor], names: list[str], path: Path) -> N
 
 
 def plot_image_attention(images: torch.Tensor, last: torch.Tensor, rollout: torch.Tensor,
-                         titles: list[str], path: Path, step: int) -> None:  # fmt: skip
+                         titles: list[str], path: Path, step: int,
+                         origin: str = "upper") -> None:  # fmt: skip
     """A row per image (B, C, H, W): the image, the class token's last-layer attention over the
-    patch grid (B, rows, cols), and its rollout, each map stretched over the image's extent."""
+    patch grid (B, rows, cols), and its rollout, each map stretched over the image's extent;
+    origin "lower" draws row 0 at the bottom (a spectrogram's lowest band)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -378,12 +382,13 @@ def plot_image_attention(images: torch.Tensor, last: torch.Tensor, rollout: torc
     for img, a, r, title, row in zip(images, last, rollout, titles, axes, strict=True):
         img = (img - img.min()) / (img.max() - img.min() + 1e-8)
         img = img[0] if len(img) == 1 else img.permute(1, 2, 0)  # (H, W) or (H, W, 3)
-        extent = (-0.5, img.shape[1] - 0.5, img.shape[0] - 0.5, -0.5)  # the map over the image
-        row[0].imshow(img, cmap="gray")
+        h, w = img.shape[0] - 0.5, img.shape[1] - 0.5
+        extent = (-0.5, w, h, -0.5) if origin == "upper" else (-0.5, w, -0.5, h)  # map on image
+        row[0].imshow(img, cmap="gray", origin=origin)
         row[0].set_title(title, fontsize=7)
         for ax, m, name in ((row[1], a, "last layer"), (row[2], r, "rollout")):
-            ax.imshow(img, cmap="gray")
-            ax.imshow(m, cmap="inferno", alpha=0.6, extent=extent)
+            ax.imshow(img, cmap="gray", origin=origin)
+            ax.imshow(m, cmap="inferno", alpha=0.6, extent=extent, origin=origin)
             ax.set_title(f"class token attention, {name}", fontsize=6)
         for ax in row:
             ax.axis("off")
