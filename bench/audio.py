@@ -51,7 +51,9 @@ def prepare(overrides: list[str]) -> dict:
     if proc.returncode != 0:
         sys.exit(f"error: the mel stage failed: {proc.stderr.strip().splitlines()[-1]}")
     seconds = time.perf_counter() - t0
-    return {"seconds": round(seconds, 1), "files_per_sec": 2500 / seconds}
+    folder = next(o.partition("=")[2] for o in overrides if o.startswith("data.processed_dir="))
+    files = json.loads((Path(folder) / "meta.json").read_text())["files"]
+    return {"seconds": round(seconds, 1), "files": files, "files_per_sec": files / seconds}
 
 
 def train(model: str, split: list[str], steps: int, run_dir: Path, overrides: list[str]) -> dict:

@@ -44,7 +44,7 @@ import torch
 from torch.utils.data import Dataset
 
 from src.data.images import stratified_split
-from src.data.sources import fetch
+from src.data.sources import data_root
 from src.data.text import SPLITS, SplitLoaders
 from src.data.text_cls import atomic_dir
 from src.utils.errors import PipelineError
@@ -194,15 +194,6 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         root = str(Path(hp.root).expanduser().resolve()) if hp.root else None
         return {"format": FORMAT, "root": root, **{k: hp[k] for k in keys}}
 
-    def _root(self) -> Path:
-        hp = self.hparams
-        if hp.root is None:
-            return fetch(hp.dataset, hp.raw_dir, hp.mirror)
-        root = Path(hp.root).expanduser()
-        if not root.is_dir():
-            raise PipelineError(f"data.root={hp.root}: no such folder")
-        return root
-
     def prepare_data(self) -> None:
         settings = self._settings()
         meta_file = self.processed_dir / "meta.json"
@@ -212,7 +203,8 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     def _prepare(self, s: dict) -> None:
         from rich.progress import track
 
-        root, hp = self._root(), self.hparams
+        hp = self.hparams
+        root = data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
         files = sorted(f for f in root.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
         if not files:
             raise PipelineError(f"{root}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")

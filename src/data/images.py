@@ -47,7 +47,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import Dataset
 
-from src.data.sources import fetch
+from src.data.sources import data_root
 from src.data.text import SPLITS, SplitLoaders
 from src.data.text_cls import atomic_dir
 from src.utils.errors import PipelineError
@@ -311,14 +311,8 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
                 "splits": list(hp.splits), "split_seed": hp.split_seed}  # fmt: skip
 
     def _root(self, dataset: str) -> Path:
-        """data.root, or without it the registered dataset, fetched once."""
         hp = self.hparams
-        if hp.root is None:
-            return fetch(dataset, hp.raw_dir, hp.mirror)
-        root = Path(hp.root).expanduser()
-        if not root.is_dir():
-            raise PipelineError(f"data.root={hp.root}: no such folder")
-        return root
+        return data_root(hp.root, dataset, hp.raw_dir, hp.mirror)
 
     def _read(self) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str]]:
         """The three splits' (images, labels), and the class names."""

@@ -329,6 +329,19 @@ class DownloadError(Exception):
     """A download that failed, or whose bytes are not the pinned ones."""
 
 
+def data_root(
+    root: str | None, dataset: str, raw_dir: str | Path, mirror: str | Path | None
+) -> Path:
+    """A data module's files: the folder `root` names (data.root), or without it the registered
+    dataset, fetched once."""
+    if root is None:
+        return fetch(dataset, raw_dir, mirror)
+    folder = Path(root).expanduser()
+    if not folder.is_dir():
+        raise PipelineError(f"data.root={root}: no such folder")
+    return folder
+
+
 def _install(dest: Path, fill: Callable[[Path], None]) -> None:
     """Let `fill` write into a temporary folder beside `dest`, then move each of its files into
     `dest` unless a file of that name is already there. Nothing is left behind on failure."""
