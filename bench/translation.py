@@ -4,7 +4,7 @@ encoder-decoder it replaced, with the one fixed vector z* and with attention (Bi
 `python -m src.train`, and its best checkpoint (val loss) translates the test split greedily
 and with beam search.
 
-    python bench/translation.py [--steps 3000] [--models transformer rnn rnn-attention]
+    python bench/translation.py [--steps 2500] [--models transformer rnn rnn-attention]
                                 [--out DIR] [--json FILE] [KEY=VALUE ...]
 
 Prints, per model and decoding, test BLEU, chrF and exact match (sacrebleu, corpus level, against
@@ -101,7 +101,7 @@ def score_decodings(translate, sources: list[str], refs: list[list[str]]) -> dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--steps", type=int, default=3000, help="training steps of every model")
+    p.add_argument("--steps", type=int, default=2500, help="training steps of every model")
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/translation")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")

@@ -7,7 +7,7 @@ with the same warm-up, cosine decay and label smoothing. Only the network and it
 the same sacrebleu call. Marian's layers are post-norm (the original Transformer's), ours
 pre-norm by default.
 
-    python -m bench.translation_peer [--steps 3000] [--out DIR] [--ours RUN_DIR] [--json FILE]
+    python -m bench.translation_peer [--steps 2500] [--out DIR] [--ours RUN_DIR] [--json FILE]
                                      [KEY=VALUE ...]
 
 `--ours` takes our Transformer from a run already trained (Marian gets its steps), such as
@@ -166,7 +166,7 @@ def main() -> None:
     from src.data.translation import EOS_ID, PAD_ID, references
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--steps", type=int, default=3000, help="training steps of both models")
+    p.add_argument("--steps", type=int, default=2500, help="training steps of both models")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/translation_peer")
     p.add_argument("--ours", type=Path, help="our Transformer's run folder, already trained")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
