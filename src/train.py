@@ -29,7 +29,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from hydra.utils import instantiate
 
     from src.utils.checkpoint import class_path, load_checkpoint
-    from src.utils.config import instantiate_all, print_config_tree
+    from src.utils.config import command_line_values, instantiate_all, print_config_tree
 
     run_dir = Path(cfg.paths.output_dir)
     if pl.utilities.rank_zero.rank_zero_only.rank == 0:
@@ -46,8 +46,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer = instantiate(
         cfg.trainer, callbacks=instantiate_all(cfg.get("callbacks")), logger=loggers or False
     )
+    hparams = {**OmegaConf.to_container(cfg, resolve=True), **command_line_values()}
     for lg in loggers:
-        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        lg.log_hyperparams(hparams)
+    _link_wandb(loggers, run_dir, Path(cfg.paths.log_dir))
 
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
@@ -66,6 +68,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
         (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         log.info("metrics and checkpoints in %s", run_dir)
     return metrics
+
+
+def _link_wandb(loggers: list, run_dir: Path, log_dir: Path) -> None:
+    """List a wandb run kept in a run folder under log_dir (outputs/runs/..., outputs/multiruns/...)
+    in log_dir/wandb/ too, where `wandb leet outputs/wandb` shows every run side by side."""
+    from src.utils.wandb_files import link_into
+
+    for lg in loggers:
+        if type(lg).__name__ == "WandbLogger" and lg._experiment is not None:
+            folder = Path(lg.experiment.dir).parent  # <run>/wandb/offline-run-<time>-<id>
+            if log_dir.resolve() in run_dir.resolve().parents:
+                link_into(folder, log_dir / "wandb")
 
 
 def _close_wandb(loggers: list, exit_code: int) -> None:

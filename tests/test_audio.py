@@ -19,8 +19,8 @@ from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
 
 RECORDINGS = MIRROR / "fsdd" / "recordings"
 FSDD = r"(?P<label>\d)_(?P<speaker>[a-z]+)_(?P<take>\d+)\.wav"
-SETTINGS = dict(sample_rate=8000, duration=1.0, n_mels=64, n_fft=512, win_length=200,
-                hop_length=80, f_min=0.0, f_max=None)  # fmt: skip
+SETTINGS = dict(sample_rate=8000, duration=1.0, fit="pad", n_mels=64, n_fft=512, win_length=200,
+                hop_length=80, f_min=0.0, f_max=None, top_db=80.0)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,8 @@ def module(root, tmp_path, **kw) -> AudioDataModule:
 @pytest.mark.parametrize(
     "changes, shape",
     [({}, (64, 100)), ({"duration": 0.5}, (64, 50)), ({"n_mels": 40, "hop_length": 160}, (40, 50)),
-     ({"sample_rate": 16000, "hop_length": 160, "duration": 2.0}, (64, 200))],
+     ({"sample_rate": 16000, "hop_length": 160, "duration": 2.0}, (64, 200)),
+     ({"fit": "stretch"}, (64, 100)), ({"fit": "stretch", "duration": 0.5}, (64, 50))],
 )  # fmt: skip
 def test_log_mels_have_n_mels_bands_and_duration_over_hop_frames(changes, shape):
     s = {**SETTINGS, **changes}
@@ -67,6 +68,36 @@ def test_a_sine_tone_peaks_in_the_mel_band_of_its_frequency():
     mel = log_mel(tone, SETTINGS)  # (64, 100)
     centres = librosa.mel_frequencies(64 + 2, fmin=0, fmax=4000)[1:-1]
     assert int(mel.mean(1).argmax()) == int(np.abs(centres - 1000).argmin())
+
+
+def test_log_mels_are_in_db_below_the_peak_so_a_quieter_take_gives_the_same_image():
+    y = np.random.default_rng(0).standard_normal(6000).astype(np.float32)
+    loud, quiet = log_mel(y, SETTINGS), log_mel(0.01 * y, SETTINGS)
+    heard = loud > -60  # below, float32 rounding noise of the STFT, which does not scale
+    np.testing.assert_allclose(loud[heard], quiet[heard], atol=1e-3)
+    assert loud.max() == 0 and loud.min() == -SETTINGS["top_db"]  # the padding sits on the floor
+
+
+def test_stretch_fills_the_window_with_the_word_whatever_its_pace():
+    import librosa
+
+    word = librosa.chirp(fmin=300, fmax=3000, sr=8000, duration=0.4).astype(np.float32)
+    slow = librosa.chirp(fmin=300, fmax=3000, sr=8000, duration=0.8).astype(np.float32)
+    s = {**SETTINGS, "fit": "stretch"}
+    peak = [log_mel(y, s).argmax(0) for y in (word, slow)]  # the loudest band of each frame
+    assert np.abs(peak[0] - peak[1]).mean() < 2  # the same sweep over the same 100 frames
+    padded = log_mel(word, SETTINGS)
+    assert (padded[:, 50:] == -SETTINGS["top_db"]).all()  # pad: 0.4 s of sweep, then silence
+
+
+def test_rescale_moves_a_band_up_by_the_factor():
+    from src.data.audio import rescale
+
+    x = torch.zeros(64, 100)
+    x[20] = 1.0
+    assert int(rescale(x, 0, 1.5).sum(1).argmax()) == 30  # band 20 read at 20 x 1.5
+    assert int(rescale(x, 0, 0.5).sum(1).argmax()) == 10
+    assert torch.equal(rescale(x, 1, 1.0), x)
 
 
 def test_the_stage_writes_features_and_manifest_once_and_again_when_n_mels_changes(fsdd, tmp_path):
@@ -127,6 +158,14 @@ def test_specaugment_masks_up_to_the_configured_widths_only_in_training(fsdd, tm
     assert max(b for b, _ in train) <= 8 and max(f for _, f in train) <= 20
     assert sum(b for b, _ in train) > 0 and sum(f for _, f in train) > 0
     assert all(masked(dm.splits["val"][i][0]) == (0, 0) for i in range(20))
+
+
+def test_warps_change_only_the_training_spectrograms(fsdd, tmp_path):
+    plain = module(fsdd, tmp_path / "a", pattern=FSDD)
+    warped = module(fsdd, tmp_path / "b", pattern=FSDD, freq_warp=0.15, time_warp=0.15)
+    for split, same in (("train", False), ("val", True), ("test", True)):
+        pairs = [(plain.splits[split][i][0], warped.splits[split][i][0]) for i in range(10)]
+        assert all(torch.equal(a, b) for a, b in pairs) == same
 
 
 def test_labels_come_from_class_folders_without_a_pattern(fsdd, tmp_path):

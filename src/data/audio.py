@@ -10,9 +10,11 @@ from the file's name through `pattern`, a regex with the named groups `label` an
 
 Preparation (the DVC stage `prepare_audio`, or the first run; skipped while the settings
 fingerprint in meta.json matches): each file mixed to mono, resampled to `sample_rate` (librosa,
-soxr), cut or padded with silence to `duration` seconds, turned into a log-mel spectrogram
-(librosa: `n_mels` bands between `f_min` and `f_max`, windows of `win_length` samples every
-`hop_length`, in decibels), written atomically into `processed_dir`:
+soxr), turned into a log-mel spectrogram (librosa: `n_mels` bands between `f_min` and `f_max`,
+windows of `win_length` samples every `hop_length`, in decibels below the recording's peak down to
+`top_db`) of `duration` x sample_rate / hop_length frames, the recording cut or padded with
+silence (`fit=pad`) or its spectrogram resampled to them (`fit=stretch`), written atomically into
+`processed_dir`:
 
     features.npy    float32 log-mels (N, n_mels, frames), read as a memory map
     manifest.tsv    file, label, speaker, take of each row
@@ -51,7 +53,7 @@ from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the processed layout changes
+FORMAT = 2  # bump when the processed layout changes
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg"}
 
 
@@ -74,18 +76,30 @@ def load_audio(path: Path, sample_rate: int) -> np.ndarray:
 
 
 def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
-    """Samples at s["sample_rate"] -> log-mel spectrogram (n_mels, frames) in dB, frames =
-    duration x sample_rate / hop_length; shorter recordings are padded with silence."""
+    """Samples at s["sample_rate"] -> log-mel spectrogram (n_mels, frames) in dB below the
+    recording's loudest bin, floored at -s["top_db"], frames = duration x sample_rate / hop_length.
+    fit="pad": longer recordings are cut, shorter padded with silence; fit="stretch": the whole
+    recording's spectrogram is resampled to the frames (an isolated word then fills the window
+    whatever the speaking rate)."""
     import librosa
 
-    samples = round(s["duration"] * s["sample_rate"])
-    y = np.pad(y[:samples], (0, max(0, samples - len(y))))
+    frames = round(s["duration"] * s["sample_rate"]) // s["hop_length"]
+    if s["fit"] == "pad":
+        samples = frames * s["hop_length"]
+        y = np.pad(y[:samples], (0, max(0, samples - len(y))))
     mel = librosa.feature.melspectrogram(
         y=y, sr=s["sample_rate"], n_fft=s["n_fft"], win_length=s["win_length"],
         hop_length=s["hop_length"], n_mels=s["n_mels"], fmin=s["f_min"], fmax=s["f_max"],
     )  # fmt: skip
-    frames = samples // s["hop_length"]
-    return librosa.power_to_db(mel, ref=1.0, amin=1e-10)[:, :frames].astype(np.float32)
+    # relative to the peak: the recording's gain (microphone, distance) does not change the image
+    db = librosa.power_to_db(mel, ref=np.max, amin=1e-10, top_db=s["top_db"])
+    if s["fit"] == "stretch":
+        t = np.linspace(0, db.shape[1] - 1, frames)
+        db = np.stack([np.interp(t, np.arange(db.shape[1]), band) for band in db])
+    db = db[:, :frames]
+    if s.get("cmn"):
+        db = db - db.mean(axis=1, keepdims=True)
+    return db.astype(np.float32)
 
 
 def label_of(path: Path, root: Path, pattern: re.Pattern | None) -> tuple[str, str, int]:
@@ -106,21 +120,37 @@ def label_of(path: Path, root: Path, pattern: re.Pattern | None) -> tuple[str, s
 # --------------------------------------------------------------------------- batches
 
 
+def rescale(x: torch.Tensor, axis: int, factor: float) -> torch.Tensor:
+    """x (n_mels, frames) stretched by `factor` along `axis` from index 0, linearly interpolated
+    and cut to its size (positions past the end repeat the last row): along the mel axis, a
+    voice's formants moved up or down; along time, a word said faster or slower."""
+    n = x.shape[axis]
+    pos = (torch.arange(n, dtype=x.dtype) / factor).clamp(max=n - 1)
+    lo = pos.floor().long()
+    w = (pos - lo).view([-1, 1] if axis == 0 else [1, -1])
+    return x.index_select(axis, lo) * (1 - w) + x.index_select(axis, (lo + 1).clamp(max=n - 1)) * w
+
+
 class Spectrograms(Dataset):
-    """One split's log-mels as (1, n_mels, frames) tensors normalised by the train mean and std;
-    with masks, SpecAugment's: a random band of up to freq_mask mel bands and one of up to
-    time_mask frames set to 0 (the mean)."""
+    """One split's log-mels as (1, n_mels, frames) tensors normalised by the train mean and std.
+    Augmented in training: each axis stretched by a random factor within 1 +- warp (mel axis:
+    another voice, time axis: another pace), then SpecAugment's masks, a random band of up to
+    freq_mask mel bands and one of up to time_mask frames set to 0 (the mean)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, mean: float, std: float,
-                 freq_mask: int = 0, time_mask: int = 0, seed: int = 0):  # fmt: skip
+                 masks: tuple[int, int] = (0, 0), warps: tuple[float, float] = (0.0, 0.0),
+                 seed: int = 0):  # fmt: skip
         self.x, self.y, self.mean, self.std = x, y, mean, std
-        self.masks, self.rng = (freq_mask, time_mask), np.random.default_rng(seed)
+        self.masks, self.warps, self.rng = masks, warps, np.random.default_rng(seed)
 
     def __len__(self) -> int:
         return len(self.y)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         x = (torch.from_numpy(np.array(self.x[i])) - self.mean) / self.std  # (n_mels, frames)
+        for axis, warp in enumerate(self.warps):
+            if warp:
+                x = rescale(x, axis, float(self.rng.uniform(1 - warp, 1 + warp)))
         for axis, width in enumerate(self.masks):
             if width:
                 w = int(self.rng.integers(0, width + 1))
@@ -148,12 +178,15 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         pattern: str | None = None,
         sample_rate: int = 8000,
         duration: float = 1.0,
+        fit: str = "pad",
         n_mels: int = 64,
         n_fft: int = 512,
         win_length: int = 200,
         hop_length: int = 80,
         f_min: float = 0.0,
         f_max: float | None = None,
+        top_db: float = 80.0,
+        cmn: bool = False,
         skip_bad: bool = False,
         split: str = "random",
         test_speakers: list[str] | None = None,
@@ -162,11 +195,15 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         split_seed: int = 0,
         freq_mask: int = 0,
         time_mask: int = 0,
+        freq_warp: float = 0.0,
+        time_warp: float = 0.0,
         batch_size: int = 64,
         num_workers: int = 0,
         seed: int = 0,
     ):
         super().__init__()
+        if fit not in ("pad", "stretch"):
+            raise PipelineError(f"data.fit={fit!r}: choose pad or stretch")
         if split not in ("random", "speaker", "official"):
             raise PipelineError(f"data.split={split!r}: choose random, speaker or official")
         if split == "speaker" and not test_speakers and fold is None:
@@ -189,8 +226,9 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     # -- preparation
     def _settings(self) -> dict:
         hp = self.hparams
-        keys = ("dataset", "pattern", "sample_rate", "duration", "n_mels", "n_fft", "win_length",
-                "hop_length", "f_min", "f_max", "skip_bad")  # fmt: skip
+        keys = ("dataset", "pattern", "sample_rate", "duration", "fit", "n_mels", "n_fft",
+                "win_length", "hop_length", "f_min", "f_max", "top_db", "cmn",
+                "skip_bad")  # fmt: skip
         root = str(Path(hp.root).expanduser().resolve()) if hp.root else None
         return {"format": FORMAT, "root": root, **{k: hp[k] for k in keys}}
 
@@ -295,10 +333,13 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         hp = self.hparams
         x = np.load(self.processed_dir / "features.npy", mmap_mode="r")
         y, rows = self.manifest()[0], self.split_rows()
-        train = np.asarray(x[rows["train"]])
-        mean, std = float(train.mean()), float(train.std()) + 1e-6
+        train_x = np.asarray(x[rows["train"]])
+        mean, std = float(train_x.mean()), float(train_x.std()) + 1e-6
         for split in SPLITS:
-            masks = (hp.freq_mask, hp.time_mask) if split == "train" else (0, 0)
-            self.splits[split] = Spectrograms(x[rows[split]], y[rows[split]], mean, std, *masks,
-                                              seed=hp.seed)  # fmt: skip
+            train = split == "train"
+            self.splits[split] = Spectrograms(
+                x[rows[split]], y[rows[split]], mean, std, seed=hp.seed,
+                masks=(hp.freq_mask, hp.time_mask) if train else (0, 0),
+                warps=(hp.freq_warp, hp.time_warp) if train else (0.0, 0.0),
+            )  # fmt: skip
         log.info("audio splits (%s): %s", hp.split, {s: len(r) for s, r in rows.items()})

@@ -37,9 +37,39 @@ def wandb_offline() -> bool:
     return False
 
 
+def run_group(name: str) -> str:
+    """The wandb group of a run: `name` (the experiment), and in a sweep `name-<sweep folder>`,
+    so that one sweep's trials are one group, apart from other sweeps of the same experiment."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return name
+    return f"{name}-{Path(HydraConfig.get().sweep.dir).name}"
+
+
+def command_line_values() -> dict:
+    """This run's key=value overrides of dotted keys (a sweep's swept values among them), parsed,
+    e.g. {"model.optim.lr": 0.003}: logged as top-level config keys, so that wandb's run table
+    and parallel-coordinates view show them as columns with no setup."""
+    import yaml
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return {}
+    values = {}
+    for override in HydraConfig.get().overrides.task:
+        key, _, value = override.partition("=")
+        key = key.lstrip("+~")
+        if "." in key and not key.startswith("hydra."):
+            values[key] = yaml.safe_load(value)
+    return values
+
+
 def register_resolvers() -> None:
     resolvers = {
         "run_id": lambda: secrets.token_hex(3),  # cached: one id per run
+        "run_group": run_group,
         "wandb_offline": wandb_offline,
         "path_stem": lambda path, default: Path(path).stem if path else default,
     }

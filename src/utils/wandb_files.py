@@ -90,3 +90,14 @@ def read_offline_run(path: Path, env: dict[str, str] | None = None) -> OfflineRu
         state=info.get("state", ""),
         exit_code=info.get("exit_code"),
     )
+
+
+def link_into(run_folder: Path, wandb_dir: Path) -> Path:
+    """A relative symlink wandb_dir/<run folder's name> -> run_folder, so that one folder lists
+    every run (`wandb leet outputs/wandb`, `wandb sync outputs/wandb/offline-run-*`) while each
+    run's files stay in its own run folder."""
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    link = wandb_dir / run_folder.name
+    if not link.is_symlink():
+        link.symlink_to(os.path.relpath(run_folder, wandb_dir), target_is_directory=True)
+    return link
