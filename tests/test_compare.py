@@ -102,3 +102,32 @@ def test_compare_bad_input_is_one_error(tmp_path):
         compare([str(tmp_path)])
     with pytest.raises(SystemExit, match="no runs found"):
         compare(["--group", "nothing", "--root", str(tmp_path)])
+
+
+def test_the_slurm_launcher_runs_a_sweep_through_submitit_locally(tmp_path, shakespeare):
+    """hydra/launcher=local is hydra/launcher=slurm's plugin with submitit's local executor: each
+    run a separate process started and watched by submitit, as SLURM's jobs are."""
+    sweep = tmp_path / "sweep"
+    proc = run_module(
+        "src.train", "-m", "hydra/launcher=local", *FAST, f"data.path={shakespeare}",
+        "logger=csv", "seed=1,2", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}/data",
+        f"paths.log_dir={tmp_path}",
+    )  # fmt: skip
+    assert_ok(proc)
+    assert (sweep / ".submitit").is_dir()  # submitit's job folders: its pickled jobs and logs
+    seeds = [yaml.safe_load((sweep / k / "config.yaml").read_text())["seed"] for k in "01"]
+    assert sorted(seeds) == [1, 2]
+    assert all((sweep / k / "metrics.json").exists() for k in "01")
+
+
+def test_the_slurm_launcher_takes_partition_gpus_time_and_memory_as_overrides():
+    proc = run_module(
+        "src.train", "hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+        "hydra.launcher.gpus_per_node=4", "hydra.launcher.timeout_min=30",
+        "hydra.launcher.mem_gb=64", "--cfg", "hydra", "-p", "hydra.launcher",
+    )  # fmt: skip
+    assert_ok(proc)
+    launcher = yaml.safe_load(proc.stdout)
+    assert launcher["_target_"].endswith("SlurmLauncher")
+    assert (launcher["partition"], launcher["gpus_per_node"]) == ("gpu", 4)
+    assert (launcher["timeout_min"], launcher["mem_gb"]) == (30, 64)
