@@ -26,6 +26,7 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit, test the best checkpoint, write metrics.json; returns the final metrics."""
     import pytorch_lightning as pl
+    from filelock import FileLock
     from hydra.utils import instantiate
 
     from src.utils.checkpoint import class_path, load_checkpoint
@@ -37,7 +38,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     pl.seed_everything(cfg.seed, workers=True)
 
     datamodule = instantiate(cfg.data, _convert_="all")
-    datamodule.prepare_data()  # the model's shape (e.g. vocabulary size) depends on the data
+    # the model's shape (e.g. vocabulary size) depends on the data; the processes of a torchrun
+    # launch prepare one at a time, so that the first prepares and the others find it done
+    Path(cfg.paths.data_dir).mkdir(parents=True, exist_ok=True)
+    with FileLock(Path(cfg.paths.data_dir) / ".prepare.lock"):
+        datamodule.prepare_data()
     model = instantiate(cfg.model, **datamodule.model_kwargs, _convert_="all")
     if cfg.ckpt_path:
         load_checkpoint(cfg.ckpt_path, expected_class=class_path(model))

@@ -127,6 +127,39 @@ def test_ddp_two_cpu_processes(tmp_path, shakespeare):
     assert model.val_loss.compute().item() == pytest.approx(metrics["val/loss"], rel=1e-5)
 
 
+def test_torchrun_two_processes_share_one_run_folder_and_match_the_lightning_launch(
+    tmp_path, shakespeare
+):
+    """torchrun --nproc_per_node=2 through the normal entry point (gloo): one run folder named by
+    the launch, one wandb run, metrics.json and checkpoints from rank 0, and the same metrics as
+    Lightning's own launch of 2 processes (trainer=ddp_cpu) and, within tolerance, as one process
+    with the same global batch."""
+    common = ["trainer.limit_val_batches=null", "data.splits=[0.98,0.02,0.0]"]
+    proc = run_module(
+        "torch.distributed.run", "--nproc_per_node=2", "-m", "src.train", *FAST, *common,
+        f"data.path={shakespeare}", f"paths.data_dir={tmp_path}/data", "trainer=ddp_cpu",
+        "logger=many", f"paths.log_dir={tmp_path / 'torchrun'}",
+    )  # fmt: skip
+    assert_ok(proc)
+    runs = list((tmp_path / "torchrun" / "runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("torchrun-"), runs
+    run = runs[0]
+    assert (run / "train.log").exists() and (run / "train.rank1.log").exists()
+    assert len(list((run / "wandb").glob("offline-run-*"))) == 1
+    assert (run / "checkpoints" / "last.ckpt").exists() and (run / ".hydra").is_dir()
+    torchrun = json.loads((run / "metrics.json").read_text())
+
+    assert_ok(_train(tmp_path / "lightning", shakespeare, *common, "trainer=ddp_cpu",
+                     "logger=none"))  # fmt: skip
+    lightning = json.loads((tmp_path / "lightning" / "metrics.json").read_text())
+    assert_ok(_train(tmp_path / "one", shakespeare, *common, "logger=none",
+                     "data.batch_size=24"))  # fmt: skip
+    one = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    for key in ("train/loss", "val/loss"):
+        assert torchrun[key] == pytest.approx(lightning[key], rel=1e-5), key
+        assert torchrun[key] == pytest.approx(one[key], rel=0.05), key
+
+
 def test_two_runs_in_the_same_second_get_distinct_directories():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf

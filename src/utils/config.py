@@ -6,6 +6,7 @@ import netrc
 import os
 import secrets
 import socket
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -35,6 +36,35 @@ def wandb_offline() -> bool:
     except OSError:
         return True
     return False
+
+
+def launched_id() -> str | None:
+    """The id shared by every process of one multi-process launch by torchrun (its run id: random
+    with --standalone or on one machine, else --rdzv-id), which names their one run folder; None
+    otherwise."""
+    env = os.environ
+    if int(env.get("WORLD_SIZE", "1")) > 1 and "TORCHELASTIC_RUN_ID" in env:
+        if env["TORCHELASTIC_RUN_ID"] == "none":
+            from src.utils.errors import PipelineError
+
+            raise PipelineError(
+                "torchrun on several machines needs --rdzv-id=<job id> (the run folder's "
+                "name), or hydra.run.dir=<one folder for all>"
+            )
+        return f"torchrun-{env['TORCHELASTIC_RUN_ID'][:8]}"
+    return None  # srun's tasks: give them one folder, hydra.run.dir=outputs/runs/$SLURM_JOB_ID
+
+
+def process_rank() -> int:
+    """This process's global rank when a launcher (torchrun, srun, Lightning) set it, else 0."""
+    env = os.environ
+    return int(env.get("RANK", env.get("SLURM_PROCID", env.get("LOCAL_RANK", "0"))))
+
+
+def rank_file(name: str) -> str:
+    """`name` on rank 0; `<stem>.rank<k><suffix>` on rank k (train.log -> train.rank1.log)."""
+    k = process_rank()
+    return name if k == 0 else f"{Path(name).stem}.rank{k}{Path(name).suffix}"
 
 
 def run_group(name: str) -> str:
@@ -68,14 +98,19 @@ def command_line_values() -> dict:
 
 def register_resolvers() -> None:
     resolvers = {
-        "run_id": lambda: secrets.token_hex(3),  # cached: one id per run
+        # cached: one per run; the processes of one torchrun/srun launch share the launch's id
+        "run_id": lambda: launched_id() or secrets.token_hex(3),
+        "run_time": lambda: "" if launched_id() else time.strftime("%Y-%m-%d_%H-%M-%S_"),
+        # the files that only one process of a multi-process run writes
+        "rank_zero": lambda value: value if process_rank() == 0 else None,
+        "rank_file": rank_file,
         "run_group": run_group,
         "wandb_offline": wandb_offline,
         "path_stem": lambda path, default: Path(path).stem if path else default,
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn, use_cache=name == "run_id")
+            OmegaConf.register_new_resolver(name, fn, use_cache=name in ("run_id", "run_time"))
 
 
 def print_config_tree(cfg: DictConfig, save_to: Path | None = None) -> None:
