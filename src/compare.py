@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> None:
             table.add_column(h)
         for row in rows:
             table.add_row(*row)
-        Console().print(table)
+        console = Console()
+        if not console.is_terminal:  # a file or a pipe: as wide as the table, never cut
+            widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+            console = Console(width=max(80, sum(widths) + 3 * len(widths) + 1))
+        console.print(table)
     if best:
         print(best_line(runs, best))
     out = args.plot or (Path(args.sweep) if args.sweep else Path(args.root)) / "compare.png"

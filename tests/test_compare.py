@@ -131,3 +131,13 @@ def test_the_slurm_launcher_takes_partition_gpus_time_and_memory_as_overrides():
     assert launcher["_target_"].endswith("SlurmLauncher")
     assert (launcher["partition"], launcher["gpus_per_node"]) == ("gpu", 4)
     assert (launcher["timeout_min"], launcher["mem_gb"]) == (30, 64)
+
+
+def test_the_gnn_optuna_preset_maximises_val_acc_over_four_keys():
+    proc = run_module("src.train", "hparams_search=gcn_optuna", "experiment=gcn_cora", "--cfg",
+                      "hydra", "-p", "hydra.sweeper")  # fmt: skip
+    assert_ok(proc)
+    sweeper = yaml.safe_load(proc.stdout)
+    assert sweeper["direction"] == "maximize" and sweeper["_target_"].endswith("OptunaSweeper")
+    assert set(sweeper["params"]) == {"model.net.hidden", "model.net.dropout", "model.optim.lr",
+                                      "model.optim.weight_decay"}  # fmt: skip
