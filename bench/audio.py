@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from statistics import fmean
 
+from src.utils.summary import emit_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEAKERS = ("george", "jackson", "nicolas", "theo", "yweweler")  # sorted: fold K holds out the K-th
 SPLITS = {
@@ -131,10 +133,7 @@ def main() -> None:
                       f"{'met' if acc >= target else 'not met'}")  # fmt: skip
     summary = {"bench": "audio", "steps": steps, "prepare": stage, "models": results,
                "reference": REFERENCE}  # fmt: skip
-    print(json.dumps(summary))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    emit_summary(summary, args.json)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from src.utils.summary import emit_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = (0.01, 0.03, 0.1, 0.3, 1.0)  # naive Bayes smoothing, chosen on val
 VARIANTS = ("scratch", "finetune", "lora")
@@ -130,9 +132,7 @@ def main() -> None:
         r, label = result[name], labels[name]
         acc = f"{r['acc']:.1f} ± {r['acc_std']:.1f}"
         print(f"{label:<28}{acc:>14}{r['f1']:>12.1f}{r['trainable_params']:>12,}{r['sec']:>8.0f}")
-    print(json.dumps(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    emit_summary(result, args.json)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from src.utils.summary import emit_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = {"MPNN": 0.58, "GC": 0.97, "RF": 1.07}  # MoleculeNet, random split, test RMSE
 GIN_GCN_RANGE = (0.6, 1.0)  # typical published GIN/GCN test RMSE on ESOL random splits
@@ -147,9 +149,7 @@ def main() -> None:
         ]
     for model, runs in summaries.items():
         result[model] = summarise(model, runs)
-    print(json.dumps(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    emit_summary(result, args.json)
 
 
 if __name__ == "__main__":

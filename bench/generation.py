@@ -24,7 +24,6 @@ whole target prefix. Prints sentences/s both ways. The last line is JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from statistics import fmean
@@ -34,6 +33,7 @@ import torch
 from src.models.generation import GenerationConfig, TokenDecoder, generate
 from src.models.gpt import GPT, GPTConfig
 from src.models.seq2seq import Seq2Seq, Seq2SeqConfig
+from src.utils.summary import emit_summary
 
 
 class Timed:
@@ -118,10 +118,7 @@ def main() -> None:
           f"{'yes' if tr['same_tokens'] else 'no'}")  # fmt: skip
     summary = {"bench": "generation", "tokens": args.tokens, "window": window, "prompts": rows,
                "translation": tr}  # fmt: skip
-    print(json.dumps(summary))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    emit_summary(summary, args.json)
 
 
 if __name__ == "__main__":

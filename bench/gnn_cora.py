@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from src.models.gnn import adam
+from src.utils.summary import emit_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = {  # test accuracy (%): paper, PyG example mean and std; PyG's s/epoch, 2 threads
@@ -182,9 +183,7 @@ def main() -> None:
     for model, runs in summaries.items():
         result[model] = summarise(model, runs)
     result["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
-    print(json.dumps(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    emit_summary(result, args.json)
 
 
 if __name__ == "__main__":

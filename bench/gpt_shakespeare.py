@@ -48,6 +48,7 @@ from src.data.text import TokenWindows
 from src.models.base import adamw, warmup_cosine
 from src.models.gpt import GPT, GPTConfig, GPTLitModule
 from src.utils.checkpoint import class_path, load_checkpoint
+from src.utils.summary import emit_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_VAL_LOSS, REF_TOKENS_PER_SEC = 1.886, 16_000
@@ -241,9 +242,7 @@ def main() -> None:
         f"ratio {pipe / bare:.3f} (target >= {TARGET_RATIO})   nanoGPT ~{REF_TOKENS_PER_SEC:,}"
     )
     print(f"command to first training step: {result['startup_sec']} s")
-    print(json.dumps(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    emit_summary(result, args.json)
 
 
 if __name__ == "__main__":

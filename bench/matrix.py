@@ -38,6 +38,7 @@ from statistics import fmean
 import numpy as np
 
 from src.utils.errors import report_errors
+from src.utils.summary import emit_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["logger=csv", "callbacks.progress_bar.refresh_rate=0"]
@@ -304,10 +305,7 @@ def main() -> None:
                "ran": len(ran), "refused": len(results) - len(ran)}  # fmt: skip
     print(f"{summary['above']} of {summary['ran']} pairs clearly above their baseline, "
           f"{summary['refused']} refused")  # fmt: skip
-    print(json.dumps(summary))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    emit_summary(summary, args.json)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from src.utils.summary import emit_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {  # (residual, jk) -> label
     (False, "none"): "plain",
@@ -137,9 +139,7 @@ def main() -> None:
     if not args.no_wandb:
         log_to_wandb(args.plot, summary, args.out.resolve())
     result = {"bench": "oversmoothing", "seeds": args.seeds, "summary": summary}
-    print(json.dumps(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    emit_summary(result, args.json)
 
 
 if __name__ == "__main__":

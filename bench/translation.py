@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from src.utils.summary import emit_summary
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     "transformer": ["model=seq2seq"],
@@ -139,10 +141,7 @@ def main() -> None:
               "28.3, Transformer 36.5; opus-mt-en-nl 57.1")  # fmt: skip
     summary = {"bench": "translation", "steps": args.steps, "models": results,
                "reference": REFERENCE}  # fmt: skip
-    print(json.dumps(summary))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    emit_summary(summary, args.json)
 
 
 if __name__ == "__main__":

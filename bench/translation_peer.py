@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.translation import ROOT, score_decodings, train
+from src.utils.summary import emit_summary
 
 IGNORE = -100  # the label of padding (src.data.translation)
 
@@ -211,10 +212,7 @@ def main() -> None:
         print(f"{name:<8} {r['parameters']:>11,} {r['train_seconds']:>8.0f} "
               f"{r['tokens_per_sec'] or 0:>9.0f}")  # fmt: skip
     summary = {"bench": "translation_peer", "steps": cfg.trainer.max_steps, "models": results}
-    print(json.dumps(summary))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    emit_summary(summary, args.json)
 
 
 if __name__ == "__main__":
