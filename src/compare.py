@@ -73,11 +73,17 @@ def read_curves(path: Path, keys: list[str]) -> dict[str, list[tuple[int, float]
         return curves
     from src.utils.wandb_files import offline_runs, read_offline_run
 
-    for folder in offline_runs(path)[-1:]:  # the latest: a resumed run appends to it
+    folders = offline_runs(path)
+    latest = folders[-1].name.rsplit("-", 1)[-1] if folders else None
+    for folder in (f for f in folders if f.name.endswith(f"-{latest}")):  # a resumed run's parts
+        part: dict[str, list[tuple[int, float]]] = {k: [] for k in keys}
         for row in read_offline_run(folder).history:
             for k in keys:
                 if isinstance(row.get(k), int | float):
-                    curves[k].append((int(row.get("trainer/global_step", row["_step"])), row[k]))
+                    part[k].append((int(row.get("trainer/global_step", row["_step"])), row[k]))
+        for k, points in part.items():  # a later part replaces what an earlier one logged after
+            if points:  # the checkpoint it resumed from
+                curves[k] = [p for p in curves[k] if p[0] < points[0][0]] + points
     return curves
 
 

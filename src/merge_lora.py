@@ -18,7 +18,6 @@ register_resolvers()
 def merge_checkpoint(src: str, dst: str, probe_len: int = 32) -> float:
     """Write the merged checkpoint to `dst` (which must not exist); returns the largest absolute
     difference between merged and unmerged logits on a random probe batch."""
-    import os
     from pathlib import Path
 
     import torch
@@ -26,6 +25,7 @@ def merge_checkpoint(src: str, dst: str, probe_len: int = 32) -> float:
     from src.models.bert import BertClassifier
     from src.utils.checkpoint import class_path, load_checkpoint
     from src.utils.errors import PipelineError
+    from src.utils.files import atomic_file
 
     out = Path(dst)
     if out.exists():
@@ -49,10 +49,8 @@ def merge_checkpoint(src: str, dst: str, probe_len: int = 32) -> float:
                                                        "callbacks", "loops")}  # fmt: skip
     plain["state_dict"] = merged.state_dict()
     plain["hyper_parameters"] = dict(hp, lora=dict(hp["lora"], rank=0))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    torch.save(plain, tmp)
-    os.replace(tmp, out)  # a reader never sees half a file
+    with atomic_file(out) as tmp:  # a reader never sees half a file
+        torch.save(plain, tmp)
     return diff
 
 

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from src.utils.config import register_resolvers
 
@@ -28,9 +28,16 @@ def train(cfg: DictConfig) -> dict[str, float]:
     import pytorch_lightning as pl
     from filelock import FileLock
     from hydra.utils import instantiate
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-    from src.utils.checkpoint import class_path, load_checkpoint
+    from src.utils.checkpoint import (
+        AtomicCheckpointIO,
+        check_same_model,
+        class_path,
+        load_checkpoint,
+    )
     from src.utils.config import command_line_values, instantiate_all, print_config_tree
+    from src.utils.resume import Preemption, continue_csv, previous_wandb_id, resolve_ckpt_path
 
     run_dir = Path(cfg.paths.output_dir)
     if pl.utilities.rank_zero.rank_zero_only.rank == 0:
@@ -44,12 +51,27 @@ def train(cfg: DictConfig) -> dict[str, float]:
     with FileLock(Path(cfg.paths.data_dir) / ".prepare.lock"):
         datamodule.prepare_data()
     model = instantiate(cfg.model, **datamodule.model_kwargs, _convert_="all")
-    if cfg.ckpt_path:
-        load_checkpoint(cfg.ckpt_path, expected_class=class_path(model))
+    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, run_dir)
+    # a run resumed in its own folder goes on in the same wandb run and CSV log
+    resumed_here = ckpt_path is not None and run_dir.resolve() in Path(ckpt_path).resolve().parents
+    if ckpt_path:
+        ckpt = load_checkpoint(ckpt_path, expected_class=class_path(model))
+        check_same_model(ckpt, model, ckpt_path)
+        if resumed_here and cfg.get("logger") and cfg.logger.get("wandb"):
+            with open_dict(cfg):
+                cfg.logger.wandb.id = previous_wandb_id(run_dir)
+                cfg.logger.wandb.resume = "allow"
 
     loggers = instantiate_all(cfg.get("logger"))
+    for lg in loggers:
+        if resumed_here and type(lg).__name__ == "CSVLogger":
+            continue_csv(lg, ckpt["global_step"])
+    preemption = Preemption(cfg.seed)
     trainer = instantiate(
-        cfg.trainer, callbacks=instantiate_all(cfg.get("callbacks")), logger=loggers or False
+        cfg.trainer,
+        callbacks=[*instantiate_all(cfg.get("callbacks")), preemption],
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO()],
     )
     hparams = {**OmegaConf.to_container(cfg, resolve=True), **command_line_values()}
     for lg in loggers:
@@ -57,12 +79,16 @@ def train(cfg: DictConfig) -> dict[str, float]:
     _link_wandb(loggers, run_dir, Path(cfg.paths.log_dir))
 
     try:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.ckpt_path, weights_only=True)
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         metrics = dict(trainer.callback_metrics)
         if cfg.test and not trainer.fast_dev_run:
             best = trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path
             trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
             metrics.update(trainer.callback_metrics)
+    except SIGTERMException:  # SIGTERM or SIGINT: an unfinished run, resumable
+        _close_wandb(loggers, exit_code=preemption.exit_code, preempted=True)
+        log.warning("resume with: python -m src.train ... ckpt_path=last hydra.run.dir=%s", run_dir)
+        raise SystemExit(preemption.exit_code) from None
     except BaseException:
         _close_wandb(loggers, exit_code=1)
         raise
@@ -87,10 +113,12 @@ def _link_wandb(loggers: list, run_dir: Path, log_dir: Path) -> None:
                 link_into(folder, log_dir / "wandb")
 
 
-def _close_wandb(loggers: list, exit_code: int) -> None:
+def _close_wandb(loggers: list, exit_code: int, preempted: bool = False) -> None:
     """Finish the wandb run even when training failed, so that its files are complete."""
     for lg in loggers:
         if type(lg).__name__ == "WandbLogger" and lg._experiment is not None:
+            if preempted:
+                lg.experiment.mark_preempting()
             lg.experiment.finish(exit_code=exit_code)
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from torch.utils.data import DataLoader
 
 from src.data import sources
 from src.utils.errors import PipelineError
+from src.utils.files import atomic_file
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,8 @@ def reading_raw_from(cls: type, raw_dir: Path) -> type:
 
 def write_json(path: Path, obj) -> None:
     """Write JSON atomically (tmp file + replace): readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
-    tmp.write_text(json.dumps(obj))
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(obj))
 
 
 def reason(e: Exception) -> str:

@@ -49,8 +49,8 @@ from torch.utils.data import Dataset
 
 from src.data.sources import data_root
 from src.data.text import SPLITS, SplitLoaders
-from src.data.text_cls import atomic_dir
 from src.utils.errors import PipelineError
+from src.utils.files import atomic_dir
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from src.data.sources import fetch
 from src.utils.errors import PipelineError
+from src.utils.files import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +194,7 @@ def prepare_corpus(
     ids = encode_documents(tok, docs)
     dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    try:
+    with atomic_dir(out_dir) as tmp:
         # the last cut is the stream's end: float sums such as 0.7 + 0.2 + 0.1 fall short of 1
         cuts = [int(b * len(ids)) for b in np.cumsum([0, *splits])[:-1]] + [len(ids)]
         sizes = {}
@@ -217,11 +213,6 @@ def prepare_corpus(
             "settings": settings,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log.info("tokens: %s, vocabulary: %d", sizes, meta["vocab_size"])
 
 

@@ -47,13 +47,9 @@ import io
 import json
 import keyword
 import logging
-import os
 import re
-import shutil
 import sys
-import tempfile
 import tokenize
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +71,7 @@ from src.data.text import (
 )
 from src.utils.checkpoint import load_checkpoint
 from src.utils.errors import PipelineError
+from src.utils.files import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -311,24 +308,6 @@ def write_split(stem: Path, members: np.ndarray, x: list, y: list, ids: list, la
         "max_length": int(lens.max(initial=0)),
         "counts": np.bincount(per_label, minlength=num_classes).tolist(),
     }
-
-
-@contextmanager
-def atomic_dir(out: Path):
-    """Yields a temporary folder next to `out` that replaces `out` when the block succeeds; on
-    failure it is removed and `out` stays as it was."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp's folder is private; the result should not be
-        yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- batches

@@ -45,8 +45,9 @@ from src.data.text import (
     load_tokenizer,
     train_tokenizer,
 )
-from src.data.text_cls import atomic_dir, fingerprint_file
+from src.data.text_cls import fingerprint_file
 from src.utils.errors import PipelineError
+from src.utils.files import atomic_dir
 
 log = logging.getLogger(__name__)
 

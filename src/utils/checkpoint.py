@@ -3,11 +3,16 @@ they hold."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
+from lightning_fabric.plugins import TorchCheckpointIO
 
 from src.utils.errors import PipelineError
+from src.utils.files import atomic_file
+
+log = logging.getLogger(__name__)
 
 
 def class_path(obj) -> str:
@@ -35,3 +40,47 @@ def load_checkpoint(path: str | Path, expected_class: str | None = None) -> dict
             f"checkpoint {path} holds a {found or 'foreign model'}, not a {expected_class}"
         )
     return ckpt
+
+
+def _flat(d, prefix: str = "") -> dict:
+    """{"net": {"d_model": 128}} -> {"net.d_model": 128}"""
+    out = {}
+    for k, v in dict(d).items():
+        if isinstance(v, dict) or hasattr(v, "items"):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def check_same_model(ckpt: dict, model, path: str | Path) -> None:
+    """A checkpoint whose tensors do not fit `model` is one error line naming the model settings
+    that differ (config against checkpoint); settings that differ without changing a shape
+    (a learning rate, dropout) are a warning, since resuming with them is a choice."""
+    saved, now = _flat(ckpt.get("hyper_parameters") or {}), _flat(model.hparams)
+    differ = [f"{k}={now[k]!r} (checkpoint: {saved[k]!r})"
+              for k in sorted(saved.keys() & now.keys()) if saved[k] != now[k]]  # fmt: skip
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    stored = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
+    if shapes != stored:
+        clash = next(
+            f"{k}: {shapes.get(k)} here, {stored.get(k)} in the checkpoint"
+            for k in sorted(shapes.keys() | stored.keys()) if shapes.get(k) != stored.get(k)
+        )  # fmt: skip
+        raise PipelineError(
+            f"checkpoint {path} does not fit this model: "
+            + (", ".join(differ) if differ else f"its tensors differ ({clash})")
+        )
+    if differ:
+        log.warning("checkpoint %s: other settings now: %s",
+                                            path, ", ".join(differ))  # fmt: skip
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, made atomic: the checkpoint goes to a temporary sibling
+    renamed over the target, so a kill or a full disk during the save leaves the previous
+    checkpoint whole; a failed save is one error line."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        with atomic_file(Path(path)) as tmp:
+            torch.save(checkpoint, tmp)
