@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import signal
 import warnings
 from pathlib import Path
 
@@ -37,6 +39,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         load_checkpoint,
     )
     from src.utils.config import command_line_values, instantiate_all, print_config_tree
+    from src.utils.errors import PipelineError, lost_peer
     from src.utils.resume import Preemption, continue_csv, previous_wandb_id, resolve_ckpt_path
 
     run_dir = Path(cfg.paths.output_dir)
@@ -89,8 +92,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
         _close_wandb(loggers, exit_code=preemption.exit_code, preempted=True)
         log.warning("resume with: python -m src.train ... ckpt_path=last hydra.run.dir=%s", run_dir)
         raise SystemExit(preemption.exit_code) from None
-    except BaseException:
+    except BaseException as e:
         _close_wandb(loggers, exit_code=1)
+        if trainer.world_size > 1 and lost_peer(e):
+            if getattr(trainer.strategy.launcher, "procs", None):  # Lightning started the others
+                trainer.strategy.launcher.kill(signal.SIGKILL)
+            # gloo's "[.../pair.cc:537] Read error ...: Connection reset by peer. This is ..."
+            reason = re.sub(r"^\[[^\]]*\] ", "", str(e).strip()).split(". ")[0][:160]
+            raise PipelineError(
+                f"process {trainer.global_rank} of {trainer.world_size}: another process of this "
+                f"run died or stopped answering ({reason}); see its log; resume with ckpt_path=last"
+            ) from None
         raise
     _close_wandb(loggers, exit_code=0)
 

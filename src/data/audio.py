@@ -97,13 +97,6 @@ def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
         t = np.linspace(0, db.shape[1] - 1, frames)
         db = np.stack([np.interp(t, np.arange(db.shape[1]), band) for band in db])
     db = db[:, :frames]
-    if s.get("cepstra"):
-        # keep the spectral envelope (formants), drop the pitch harmonics: the voice's own detail
-        import scipy.fft
-
-        c = scipy.fft.dct(db, axis=0, norm="ortho")
-        c[s["cepstra"] :] = 0
-        db = scipy.fft.idct(c, axis=0, norm="ortho")
     if s.get("cmn"):
         db = db - db.mean(axis=1, keepdims=True)
     return db.astype(np.float32)
@@ -194,7 +187,6 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         f_max: float | None = None,
         top_db: float = 80.0,
         cmn: bool = False,
-        cepstra: int = 0,
         skip_bad: bool = False,
         split: str = "random",
         test_speakers: list[str] | None = None,
@@ -235,7 +227,7 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     def _settings(self) -> dict:
         hp = self.hparams
         keys = ("dataset", "pattern", "sample_rate", "duration", "fit", "n_mels", "n_fft",
-                "win_length", "hop_length", "f_min", "f_max", "top_db", "cmn", "cepstra",
+                "win_length", "hop_length", "f_min", "f_max", "top_db", "cmn",
                 "skip_bad")  # fmt: skip
         root = str(Path(hp.root).expanduser().resolve()) if hp.root else None
         return {"format": FORMAT, "root": root, **{k: hp[k] for k in keys}}

@@ -12,6 +12,16 @@ class PipelineError(Exception):
     corpus shorter than one block, a checkpoint of another model, a loss that became NaN."""
 
 
+def lost_peer(e: BaseException) -> bool:
+    """Whether a failure in a multi-process run comes from another process that died or stopped
+    answering (a collective's connection reset, or its timeout)."""
+    import torch.distributed as dist
+
+    return isinstance(e, dist.DistError) or (
+        isinstance(e, RuntimeError) and any(s in str(e) for s in ("gloo", "NCCL", "Connection"))
+    )
+
+
 @contextlib.contextmanager
 def report_errors():
     """Turn PipelineError (and config errors met while instantiating) into one line + exit 1."""

@@ -15,7 +15,9 @@ from src.utils.errors import PipelineError
 
 
 def _failed(target: Path, e: OSError) -> PipelineError:
-    return PipelineError(f"cannot write {target}: {e.strerror or e}; {target} is left as it was")
+    return PipelineError(
+        f"cannot write {target}: {e.strerror or e} (anything already there is unchanged)"
+    )
 
 
 @contextmanager

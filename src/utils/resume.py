@@ -51,14 +51,15 @@ def previous_wandb_id(run_dir: Path) -> str | None:
 
 
 def continue_csv(logger, step: int) -> None:
-    """Lightning's CSVLogger starts metrics.csv afresh; a resumed run keeps the rows logged up to
-    its checkpoint's step (later ones, from after the checkpoint, are logged again)."""
+    """Lightning's CSVLogger starts metrics.csv afresh; a resumed run keeps the rows of the steps
+    its checkpoint holds (rows are numbered from 0: step s is the (s+1)-th batch); later ones,
+    logged after the checkpoint by a killed run, are logged again."""
     path = Path(logger.log_dir) / "metrics.csv"
     if not path.is_file():
         return
     with open(path, newline="") as f:
         rows = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
-    kept = [{**row, "step": int(row["step"])} for row in rows if row.get("step", 0) <= step]
+    kept = [{**row, "step": int(row["step"])} for row in rows if row.get("step", 0) < step]
     logger.experiment.metrics[:0] = kept  # the writer (created now) deletes the file ...
     logger.save()  # ... and writes them back
 
@@ -108,5 +109,10 @@ class Preemption(pl.Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         # a function of (seed, batch, rank), whatever drew random numbers before (data loaders,
         # text samples at validation): a resumed run draws the uninterrupted run's dropout masks
-        done = trainer.fit_loop.epoch_loop.batch_progress.total.ready
+        loop = trainer.fit_loop.epoch_loop
+        done = loop.batch_progress.total.ready
         torch.manual_seed((self.seed * 1_000_003 + done) * trainer.world_size + trainer.global_rank)
+        # the step that loggers show equals the optimizer steps so far; resumed from an epoch's
+        # end, Lightning's count comes back one ahead: realign it, so that the resumed run logs
+        # the step numbers of the uninterrupted one
+        loop._batches_that_stepped = trainer.global_step
