@@ -8,11 +8,12 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from src.utils.config import register_resolvers
+from src.utils.config import config_errors, register_resolvers
 
 register_resolvers()
 
 
+@config_errors
 @hydra.main(version_base="1.3", config_path="../conf", config_name="prepare")
 def main(cfg: DictConfig) -> None:
     from hydra.utils import instantiate

@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from src.utils.config import register_resolvers
+from src.utils.config import config_errors, register_resolvers
 
 log = logging.getLogger(__name__)
 register_resolvers()
@@ -83,7 +83,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-        metrics = dict(trainer.callback_metrics)
+        metrics = {**preemption.metrics, **trainer.callback_metrics}
         if cfg.test and not trainer.fast_dev_run:
             best = trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path
             trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
@@ -134,6 +134,7 @@ def _close_wandb(loggers: list, exit_code: int, preempted: bool = False) -> None
             lg.experiment.finish(exit_code=exit_code)
 
 
+@config_errors
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     from src.utils.errors import report_errors

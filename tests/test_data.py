@@ -325,7 +325,7 @@ def test_failed_preparation_leaves_nothing_behind(tmp_path, small_file, monkeypa
 
     real_train = text.train_tokenizer
     monkeypatch.setattr(text, "train_tokenizer", lambda *a: _SaveFails(real_train(*a)))
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(PipelineError, match="disk full"):
         prepare_corpus(out, [small_file], "char", None, (0.9, 0.05, 0.05))
     assert not out.exists()
     assert leftovers(out.parent) == []
@@ -347,7 +347,7 @@ def test_failed_rebuild_keeps_previous_output(tmp_path, small_file, monkeypatch)
 
     real_train = text.train_tokenizer
     monkeypatch.setattr(text, "train_tokenizer", lambda *a: _SaveFails(real_train(*a)))
-    with pytest.raises(OSError):
+    with pytest.raises(PipelineError, match="disk full"):
         prepare_corpus(out, [small_file], "char", None, (0.8, 0.1, 0.1))
 
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +148,15 @@ def test_resume_without_checkpoint_starts_afresh(clean, shakespeare):
     assert _metrics(run_dir) == _metrics(clean)
 
 
+def test_resume_after_training_finished(clean, shakespeare):
+    """Killed after the last step's checkpoint (while testing): resuming has nothing left to
+    train and still reports the run's metrics, from the checkpoint."""
+    run_dir = clean.parent / "finished"
+    shutil.copytree(clean, run_dir, ignore=shutil.ignore_patterns("metrics.json", "wandb"))
+    assert_ok(run_module("src.train", *_args(run_dir, shakespeare, "ckpt_path=last")))
+    _assert_same_run(run_dir, clean)
+
+
 def test_checkpoint_of_another_shape_is_one_line(clean, shakespeare):
     last = clean / "checkpoints" / "last.ckpt"
     wide = _args(clean.parent / "wide", shakespeare, "model.net.d_model=64", f"ckpt_path={last}")
@@ -154,6 +164,7 @@ def test_checkpoint_of_another_shape_is_one_line(clean, shakespeare):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert "does not fit this model" in line and "net.d_model=64 (checkpoint: 32)" in line
+    assert "64) here, (71, 32) in the checkpoint" in line  # the first tensor that differs
 
 
 # --------------------------------------------------------------------------- a full disk

@@ -242,7 +242,7 @@ def test_checkpoint_of_another_model(tmp_path, shakespeare):
         proc, "holds a src.models.bert.BERTLitModule, not a src.models.gpt.GPTLitModule"
     )
     proc = run_module("src.sample", f"ckpt={fake}")
-    assert_one_error_line(proc, "not a src.models.gpt.GPTLitModule")
+    assert_one_error_line(proc, "holds a src.models.bert.BERTLitModule, not a language model")
 
 
 def test_corrupt_checkpoint(tmp_path):

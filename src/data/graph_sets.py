@@ -33,13 +33,16 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
 from src.data import sources
-from src.data.graphs import reading_raw_from, reason, write_json
+from src.data.graphs import ends_with_newline, reading_raw_from, reason, write_json
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,34 @@ def kfold(labels: torch.Tensor | None, n: int, num_folds: int, seed: int) -> lis
         members = [(labels == c).nonzero().view(-1) for c in labels.unique(sorted=True)]
         order = torch.cat([m[torch.randperm(len(m), generator=g)] for m in members])
     return [order[i::num_folds].sort().values.tolist() for i in range(num_folds)]
+
+
+@contextmanager
+def _removed_on_failure(folder: Path) -> Iterator[None]:
+    """Remove `folder`, and the folders above it the block created, when the block fails: PyG
+    makes processed/ before it reads a raw file and saves data.pt before any check here, and
+    a folder left behind would look prepared."""
+    created = None
+    for p in (folder, *folder.parents):
+        if p.exists():
+            break
+        created = p
+    try:
+        yield
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def check_finite(dataset, name: str) -> None:
+    """NaN or infinite targets or features (a raw file's `nan`, 1e999, a value past float32's
+    range) would show only as a NaN loss, far from their cause."""
+    for key, what in [("y", "targets"), ("x", "node features"), ("edge_attr", "edge features"),
+                      ("pos", "coordinates")]:  # fmt: skip
+        value = getattr(dataset, key, None)  # the stored tensor of all graphs, not transformed
+        if value is not None and value.is_floating_point() and not value.isfinite().all():
+            raise PipelineError(f"{name} has {what} that are not finite (NaN or infinite)")
 
 
 class GraphSetDataModule(pl.LightningDataModule):
@@ -111,9 +142,13 @@ class GraphSetDataModule(pl.LightningDataModule):
 
     @property
     def dataset(self):
-        """The whole PyG InMemoryDataset, fetched and processed on first use."""
+        """The whole PyG InMemoryDataset, fetched and processed on first use; processing that
+        fails, or gives values that are not finite, leaves no processed folder behind."""
         if self._dataset is None:
-            self._dataset = self.load()
+            with _removed_on_failure(self.dataset_dir / "processed"):
+                dataset = self.load()
+                check_finite(dataset, self.name)
+            self._dataset = dataset
             self.task  # noqa: B018  a task the dataset cannot serve fails here, before any split
         return self._dataset
 
@@ -295,7 +330,7 @@ class TUDataModule(GraphSetDataModule):
                 f"data.fold={fold} is out of range: the {num_folds} folds are 0..{num_folds - 1}"
             )
         self.save_hyperparameters(logger=False)
-        self.name, self.root = name, Path(root)
+        self.name, self.root = sources.plain_name(name), Path(root)
         self.dataset_dir = self.root / name  # PyG's processed/ and the splits/
 
     def load(self):
@@ -304,12 +339,28 @@ class TUDataModule(GraphSetDataModule):
 
         hp = self.hparams
         raw = sources.fetch(sources.tudataset(self.name), hp.raw_dir, hp.mirror, hp.download)
+        fresh = not (self.dataset_dir / "processed" / "data.pt").is_file()
+        if fresh:  # what PyG's reader takes on trust, checked before it processes the files
+            for f in sorted(raw.glob(f"{self.name}_*.txt")):
+                empty = f.stat().st_size == 0
+                if empty or not ends_with_newline(f):
+                    why = "is empty" if empty else "does not end with a newline"
+                    raise PipelineError(
+                        f"cannot read TUDataset {self.name} in {raw} ({f.name} {why}: cut off?)"
+                    )
         try:
             dataset = reading_raw_from(TUDataset, raw)(
                 str(self.root), self.name, use_node_attr=hp.use_node_attr
             )
         except Exception as e:  # e.g. a truncated or foreign file
             raise PipelineError(f"cannot read TUDataset {self.name} in {raw} ({reason(e)})") from e
+        for i in range(len(dataset) if fresh else 0):
+            g = dataset.get(i)  # PyG keeps an edge to a node number past its graph's nodes
+            if g.num_edges and int(g.edge_index.max()) >= g.num_nodes:
+                raise PipelineError(
+                    f"cannot read TUDataset {self.name} in {raw} (graph {i + 1} has an edge to "
+                    f"its node {int(g.edge_index.max()) + 1}, but {g.num_nodes} nodes)"
+                )
         x = dataset.get(0).get("x")  # get(): the stored graph, before any transform
         fill = hp.featureless if x is None or x.size(1) == 0 else None
         max_degree = 0

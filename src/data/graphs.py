@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,6 +66,16 @@ def write_json(path: Path, obj) -> None:
 def reason(e: Exception) -> str:
     """The first line of an exception's message, for a one-line PipelineError."""
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def ends_with_newline(path: Path) -> bool:
+    """Whether a raw text file ends with a newline: PyG's readers (TUDataset's, MoleculeNet's)
+    drop whatever follows the last one, so a file cut off mid-line would lose that line."""
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return True  # empty: nothing to lose
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 @contextmanager

@@ -36,7 +36,7 @@ import torch
 
 from src.data import sources
 from src.data.graph_sets import SPLITS, TASKS, GraphSetDataModule
-from src.data.graphs import reading_raw_from, reason
+from src.data.graphs import ends_with_newline, reading_raw_from, reason
 from src.utils.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -197,8 +197,8 @@ class MoleculeNetDataModule(GraphSetDataModule):
         raw = sources.fetch(raw_dataset, hp.raw_dir, hp.mirror, hp.download)
         raw_path = raw / raw_dataset.files[0]
         fresh = not (self.dataset_dir / "processed" / "data.pt").is_file()
-        if fresh and not _has_rows(raw_path):
-            raise PipelineError(f"{raw_path} holds no molecules (an empty csv)")
+        if fresh:
+            _check_csv(raw_path)
         parser, conformer, start = SmilesParser(), Conformer(), time.perf_counter()
         try:
             with warnings.catch_warnings():  # one per unparsable SMILES: counted and logged below
@@ -251,8 +251,15 @@ class MoleculeNetDataModule(GraphSetDataModule):
         return {split: sorted(part) for split, part in zip(SPLITS, parts, strict=True)}
 
 
-def _has_rows(csv: Path) -> bool:
-    """Whether the csv has a line after its header (as PyG reads it: non-empty lines)."""
-    with csv.open() as f:
-        next(f, None)
-        return any(line.strip() for line in f)
+def _check_csv(csv: Path) -> None:
+    """What PyG's reader would take without a word: a csv that is not UTF-8, one without a line
+    after its header (as PyG reads it: non-empty lines), or one cut off mid-line (PyG drops
+    whatever follows the last newline)."""
+    try:
+        text = csv.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise PipelineError(f"{csv} is not UTF-8 text") from None
+    if not any(line.strip() for line in text.splitlines()[1:]):
+        raise PipelineError(f"{csv} holds no molecules (an empty csv)")
+    if not ends_with_newline(csv):
+        raise PipelineError(f"{csv} does not end with a newline: cut off?")

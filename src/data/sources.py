@@ -329,6 +329,15 @@ class DownloadError(Exception):
     """A download that failed, or whose bytes are not the pinned ones."""
 
 
+def plain_name(name, key: str = "data.name") -> str:
+    """`name`, which names a folder under data/ (a processed dataset, a raw dataset's home),
+    checked to be one path component: no name such as `../../x` writes outside data/."""
+    text = str(name)
+    if text in ("", ".", "..") or any(c in text for c in "/\\\0"):
+        raise PipelineError(f"{key}={text!r} must name one folder: no /, \\ or ..")
+    return text
+
+
 def data_root(
     root: str | None, dataset: str, raw_dir: str | Path, mirror: str | Path | None
 ) -> Path:

@@ -47,6 +47,7 @@ import io
 import json
 import keyword
 import logging
+import math
 import re
 import sys
 import tokenize
@@ -57,12 +58,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from src.data.sources import fetch, lookup
+from src.data.sources import fetch, lookup, plain_name
 from src.data.text import (
     CLS_ID,
     PAD_ID,
     SPLITS,
     PaddedSplits,
+    check_counts,
+    check_splits,
     checkpoint_tokenizer,
     load_tokenizer,
     load_tokenizer_file,
@@ -164,20 +167,24 @@ def read_labelled(path: Path, task: str) -> Examples:
     if path.suffix.lower() == ".csv":
         if task != "cls":
             raise PipelineError(f"{path}: tagging data must be JSONL with tokens and tags")
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            if not reader.fieldnames:
-                raise PipelineError(f"labelled data is empty: {path}")
-            missing = [k for k in keys if k not in reader.fieldnames]
-            if missing:
-                raise PipelineError(
-                    f"{path} lacks the column(s) {', '.join(missing)} "
-                    f"(has {', '.join(reader.fieldnames)})"
-                )
-            rows = [(i + 2, r) for i, r in enumerate(reader)]  # line numbers count the header
+        reader = csv.DictReader(io.StringIO(_utf8(path), newline=""))
+        if not reader.fieldnames:
+            raise PipelineError(f"labelled data is empty: {path}")
+        missing = [k for k in keys if k not in reader.fieldnames]
+        if missing:
+            raise PipelineError(
+                f"{path} lacks the column(s) {', '.join(missing)} "
+                f"(has {', '.join(reader.fieldnames)})"
+            )
+        rows = []
+        try:
+            for i, r in enumerate(reader):
+                rows.append((i + 2, r))  # line numbers count the header
+        except csv.Error as e:  # e.g. a field past csv's size limit (131072 characters)
+            raise PipelineError(f"{path} line {len(rows) + 2}: {e}") from None
     elif path.suffix.lower() in (".jsonl", ".json"):
         rows = []
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for i, line in enumerate(_utf8(path).splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -204,6 +211,10 @@ def read_labelled(path: Path, task: str) -> Examples:
             isinstance(a, list) and isinstance(b, list) and len(a) == len(b) > 0
         ):
             raise PipelineError(f"{path} line {line}: tokens and tags must be equal-length lists")
+        # JSON's NaN and 1e999 (inf) parse as floats, which would become a class named "nan"
+        labels = b if task == "tag" else [b]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in labels):
+            raise PipelineError(f"{path} line {line}: a label is NaN or infinite, not a class")
         x.append(str(a) if task == "cls" else [str(w) for w in a])
         y.append(b)
         s = row.get("split")
@@ -214,6 +225,13 @@ def read_labelled(path: Path, task: str) -> Examples:
     if any(has_split) and not all(has_split):
         raise PipelineError(f"{path}: some examples have a split and some do not")
     return Examples(x=x, y=y, split=split if all(has_split) else None)
+
+
+def _utf8(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")  # newlines as they are: csv reads them itself
+    except UnicodeDecodeError:
+        raise PipelineError(f"labelled data {path} is not UTF-8 text") from None
 
 
 def label_names(values) -> list:
@@ -384,12 +402,12 @@ class TextClsDataModule(PaddedSplits):
             raise PipelineError(
                 f"data.source={source!r} does not fit task {task}; use {TASKS[task]} or data.path"
             )
+        if name is not None:
+            plain_name(name)
+        check_counts(block_size=block_size, batch_size=batch_size, vocab_size=vocab_size)
         if block_size < 2:
             raise PipelineError(f"data.block_size={block_size} leaves no room after CLS")
-        if abs(sum(splits) - 1) > 1e-6 or splits[0] <= 0 or splits[1] <= 0 or splits[2] < 0:
-            raise PipelineError(
-                f"data.splits={list(splits)} must be positive train/val and sum to 1"
-            )
+        check_splits(splits)
         self.save_hyperparameters(logger=False)
         self.hparams.source = source
         self.processed_dir = Path(processed_dir)

@@ -122,6 +122,15 @@ def _check_config(cfg: GenerationConfig) -> None:
     """Every field is checked whatever the strategy, so a mistyped config fails fast."""
     if cfg.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {cfg.strategy!r}; expected one of {STRATEGIES}")
+    integer, number, none = (int,), (int, float), (type(None),)
+    for name, kinds in [("max_new_tokens", integer), ("beam_width", integer),
+                        ("top_k", integer + none), ("temperature", number),
+                        ("top_p", number + none), ("length_penalty", number)]:  # fmt: skip
+        value = getattr(cfg, name)
+        # a string from the command line would crash the comparisons below, NaN pass them all
+        if isinstance(value, bool) or not isinstance(value, kinds) or value != value:
+            kind = "an integer" if float not in kinds else "a number"
+            raise ValueError(f"{name} must be {kind}, got {value!r}")
     if cfg.temperature <= 0:
         raise ValueError(
             f"temperature must be > 0, got {cfg.temperature}; for the temperature -> 0 limit "

@@ -29,8 +29,13 @@ def load_checkpoint(path: str | Path, expected_class: str | None = None) -> dict
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, not a checkpoint, or holds arbitrary objects
-        lines = str(e).splitlines()
-        reason = next((ln.strip() for ln in lines if "Unsupported global" in ln), lines[0])
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        if any("Unsupported global" in ln for ln in lines):  # pickled code: named, not run
+            reason = next(ln for ln in lines if "Unsupported global" in ln)
+        elif not lines or any("WeightsUnpickler error" in ln for ln in lines):  # empty, random
+            reason = "damaged, or not a file torch.save wrote"
+        else:
+            reason = lines[0]
         raise PipelineError(f"cannot read checkpoint {path}: {reason}") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise PipelineError(f"{path} is not a checkpoint of this pipeline")
@@ -60,17 +65,17 @@ def check_same_model(ckpt: dict, model, path: str | Path) -> None:
     saved, now = _flat(ckpt.get("hyper_parameters") or {}), _flat(model.hparams)
     differ = [f"{k}={now[k]!r} (checkpoint: {saved[k]!r})"
               for k in sorted(saved.keys() & now.keys()) if saved[k] != now[k]]  # fmt: skip
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    stored = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}
+    # parameters only: buffers (an n-gram model's count tables) take their size from the data
+    buffers = {k for k, _ in model.named_buffers()}
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items() if k not in buffers}
+    stored = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items() if k not in buffers}
     if shapes != stored:
         clash = next(
-            f"{k}: {shapes.get(k)} here, {stored.get(k)} in the checkpoint"
+            f"{k} is {shapes.get(k)} here, {stored.get(k)} in the checkpoint"
             for k in sorted(shapes.keys() | stored.keys()) if shapes.get(k) != stored.get(k)
         )  # fmt: skip
-        raise PipelineError(
-            f"checkpoint {path} does not fit this model: "
-            + (", ".join(differ) if differ else f"its tensors differ ({clash})")
-        )
+        settings = f"; settings that differ: {', '.join(differ)}" if differ else ""
+        raise PipelineError(f"checkpoint {path} does not fit this model ({clash}){settings}")
     if differ:
         log.warning("checkpoint %s: other settings now: %s",
                                             path, ", ".join(differ))  # fmt: skip

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import netrc
 import os
 import secrets
 import socket
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -132,3 +135,54 @@ def instantiate_all(section: DictConfig | None) -> list:
     from hydra.utils import instantiate
 
     return [instantiate(c) for c in (section or {}).values() if c and "_target_" in c]
+
+
+def config_errors(main: Callable) -> Callable:
+    """An `@hydra.main` entry point whose config errors are one `error: ...` line and exit 1, as
+    report_errors makes bad input: an override Hydra cannot parse or apply (a misspelt key, an
+    unknown option), a mandatory value left unset, an interpolation that does not resolve.
+    Hydra prints these as several lines of its own; with HYDRA_FULL_ERROR=1, set here while
+    `main` runs (unless the user set it), it raises them instead."""
+    from hydra.errors import CompactHydraException
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":  # the user asked for the traceback
+            return main(*args, **kwargs)
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+        try:
+            return main(*args, **kwargs)
+        except (CompactHydraException, InterpolationResolutionError, MissingMandatoryValue) as e:
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+            sys.exit(1)
+        finally:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+
+    return wrapper
+
+
+def _one_line(e: BaseException, cause: bool = False) -> str:
+    """Hydra's or OmegaConf's message on one line: the override or key it is about, the message
+    without the lines that locate the key or list the search path (a list of options indented
+    by tabs joined), and its cause in parentheses."""
+    from hydra.errors import OverrideParseException
+
+    text = str(e).split("Config search path:")[0]
+    parts: list[str] = []
+    for line in text.splitlines():
+        if not line.strip() or line.strip().startswith(("full_key:", "object_type=")):
+            continue
+        if line.startswith("\t") and parts and parts[-1].endswith((":", ",")):
+            parts[-1] += f" {line.strip()},"  # "Available options in 'data': audio, cifar10, ..."
+        else:
+            parts.append(line.strip())
+    message = " ".join(parts).rstrip(",")
+    key = getattr(e, "full_key", None)
+    if isinstance(e, OverrideParseException):
+        key = f"override {e.override!r}"
+    if key and key not in message and not cause:
+        message = f"{key}: {message}"
+    if e.__cause__ is not None and str(e.__cause__) not in message:
+        message += f" ({_one_line(e.__cause__, cause=True)})"
+    return message

@@ -71,6 +71,7 @@ class Preemption(pl.Callback):
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
+        self.metrics: dict[str, float] = {}  # those of the checkpoint resumed from
         self.signum: int | None = None
         self._trainer: pl.Trainer | None = None
         self._previous: dict[int, object] = {}
@@ -116,3 +117,11 @@ class Preemption(pl.Callback):
         # end, Lightning's count comes back one ahead: realign it, so that the resumed run logs
         # the step numbers of the uninterrupted one
         loop._batches_that_stepped = trainer.global_step
+
+    def state_dict(self) -> dict:
+        # the metrics so far travel in the checkpoint: a run resumed from its final checkpoint
+        # (killed while testing) has nothing left to train, and reports them
+        return {"metrics": {k: float(v) for k, v in self._trainer.callback_metrics.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.metrics = state.get("metrics", {})
