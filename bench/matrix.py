@@ -122,6 +122,11 @@ PAIRS = [
     *(gnn(m, "esol", "test/rmse", steps=300) for m in ("gcn", "gin", "graphnet", "egnn")),
     Pair("gpt", "text", "test/loss", ["trainer.limit_val_batches=20"], 200),
     Pair("gpt", "shakespeare", "test/loss", ["trainer.limit_val_batches=20"], 300),
+    *(
+        Pair(m, d, "test/loss", ["trainer.limit_val_batches=20"], steps)
+        for m, steps in (("rnn_lm", 300), ("ngram", 1))
+        for d in ("text", "shakespeare")
+    ),
     Pair("bert", "text", "test/loss", ["trainer.limit_val_batches=20"], MLM_STEPS),
     Pair("bert_cls", "text_cls", "test/acc", [], 300),
     Pair("bert_tagger", "text_tag", "test/acc", [], 200),

@@ -1,7 +1,8 @@
 """Text corpora for language modelling: tokenise once into memmaps, then sample windows.
 
 Preparation (the DVC stage `prepare_text`, or the first run that needs it):
-  raw UTF-8 files -> tokenizer (character-level, or byte-level BPE trained with HF `tokenizers`)
+  raw UTF-8 files -> tokenizer (character-level, byte-level BPE or word-level, trained with HF
+  `tokenizers`)
   -> one token stream, documents separated by <|endoftext|> -> contiguous train/val/test splits
   -> `{train,val,test}.bin` (uint16/uint32 memmaps), `tokenizer.json`, `meta.json`.
 This is nanoGPT's scheme: the training loader then draws random windows of block_size + 1 tokens.
@@ -25,7 +26,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from src.data.sources import fetch
+from src.data.sources import fetch, plain_name
 from src.utils.errors import PipelineError
 from src.utils.files import atomic_dir
 
@@ -87,13 +88,17 @@ def read_documents(files: list[Path]) -> list[str]:
 # --------------------------------------------------------------------------- tokenizers
 
 
-def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None):
-    """Character-level or byte-level BPE, both as HF `tokenizers.Tokenizer`s with the same
-    special tokens, so that one encode/decode/save path serves both.
+def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None, min_count: int = 1):
+    """Character-level, byte-level BPE or word-level, all as HF `tokenizers.Tokenizer`s with the
+    same special tokens, so that one encode/decode/save path serves them all.
 
-    Character level is BPE with the corpus's characters as vocabulary and no merges.
+    Character level is BPE with the corpus's characters as vocabulary and no merges. Word level
+    (word2vec's, sec. 12.2.1) lowercases the text and splits it into runs of letters and digits,
+    runs of punctuation and line breaks (the lines of verse and code); the `vocab_size` most
+    frequent words seen at least `min_count` times form the vocabulary, and any other word is
+    <unk>. Decoding joins the words with spaces: lowercase and spacing are not restored.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if kind == "char":
         chars = sorted(set().union(*map(set, docs)))
@@ -113,8 +118,23 @@ def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None):
             show_progress=False,
         )
         tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+    elif kind == "word":
+        tok = Tokenizer(models.WordLevel(unk_token=UNK))
+        tok.normalizer = normalizers.Lowercase()
+        # HF's Whitespace pre-tokenizer (keep the matches of \w+|[^\w\s]+, drop the rest),
+        # keeping line breaks too: a word-level GPT then writes lines, and a "\n" prompt is a token
+        tok.pre_tokenizer = pre_tokenizers.Split(
+            Regex(r"\w+|[^\w\s]+|\n"), behavior="removed", invert=True
+        )
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=vocab_size or 2**31 - 1,  # None: every word seen min_count times
+            min_frequency=min_count,
+            special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
+        )
+        tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
     else:
-        raise PipelineError(f"unknown tokenizer {kind!r}; choose char or bpe")
+        raise PipelineError(f"unknown tokenizer {kind!r}; choose char, bpe or word")
     tok.add_special_tokens(SPECIAL_TOKENS)  # never split "<mask>" etc. into characters
     return tok
 
@@ -157,6 +177,27 @@ def encode_documents(tokenizer, docs: list[str]) -> np.ndarray:
     return ids[:-1] if len(docs) == 1 else ids  # one document: no separator needed
 
 
+def check_splits(splits) -> None:
+    """data.splits: three train/val/test fractions, train and val positive, summing to 1."""
+    numbers = (
+        isinstance(splits, (list, tuple))
+        and len(splits) == 3
+        and all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in splits)
+    )
+    # `not ... <=` rather than `>`: a NaN fraction fails every comparison
+    if not numbers or not abs(sum(splits) - 1) <= 1e-6 or not min(splits[:2]) > 0 or splits[2] < 0:
+        shown = list(splits) if isinstance(splits, (list, tuple)) else repr(splits)
+        raise PipelineError(f"data.splits={shown} must be positive train/val and sum to 1")
+
+
+def check_counts(**settings) -> None:
+    """Settings that count something (tokens, examples, steps) must be positive integers: a
+    value of another type would fail deep inside a library, far from its cause."""
+    for key, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PipelineError(f"data.{key}={value!r} must be a positive integer")
+
+
 def prepare_corpus(
     out_dir: Path,
     files: list[Path],
@@ -164,33 +205,36 @@ def prepare_corpus(
     vocab_size: int | None,
     splits: tuple[float, float, float],
     tokenizer_file: str | None = None,
+    min_count: int = 1,
 ) -> None:
     """Tokenise `files` into `out_dir`, skipping the work when it is already there for the same
     inputs and settings. Written into a temporary folder and renamed, so an interrupted or
     failed run never leaves files that look complete.
 
     `tokenizer_file` (a saved tokenizer.json) replaces training a tokenizer, e.g. to pre-train on
-    a corpus with the tokenizer of the task the model will be fine-tuned on."""
+    a corpus with the tokenizer of the task the model will be fine-tuned on. `min_count` cuts the
+    word tokenizer's vocabulary (see train_tokenizer)."""
     if tokenizer_file is not None:
         tok = load_tokenizer_file(tokenizer_file)
         tokenizer = "file:" + hashlib.sha256(tok.to_str().encode()).hexdigest()[:16]
     settings = {
         "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
         "tokenizer": tokenizer,
-        "vocab_size": vocab_size if tokenizer == "bpe" else None,
+        "vocab_size": vocab_size if tokenizer in ("bpe", "word") else None,
         "splits": list(splits),
     }
+    if tokenizer == "word":  # only here, so that char and BPE data prepared before stays valid
+        settings["min_count"] = min_count
     fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
     meta_path = out_dir / "meta.json"
     if meta_path.exists() and json.loads(meta_path.read_text()).get("fingerprint") == fingerprint:
         return
-    if abs(sum(splits) - 1) > 1e-6 or splits[0] <= 0 or splits[1] <= 0 or splits[2] < 0:
-        raise PipelineError(f"data.splits={list(splits)} must be positive train/val and sum to 1")
+    check_splits(splits)
 
     log.info("tokenising %d file(s) with the %s tokenizer -> %s", len(files), tokenizer, out_dir)
     docs = read_documents(files)
     if tokenizer_file is None:
-        tok = train_tokenizer(tokenizer, docs, vocab_size)
+        tok = train_tokenizer(tokenizer, docs, vocab_size, min_count)
     ids = encode_documents(tok, docs)
     dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32
 
@@ -363,6 +407,7 @@ class TextDataModule(PreparedText):
         mirror: str | None = None,
         tokenizer: str = "bpe",
         vocab_size: int | None = 4096,
+        min_count: int = 1,
         tokenizer_file: str | None = None,
         splits: tuple[float, float, float] = (0.9, 0.05, 0.05),
         block_size: int = 128,
@@ -372,6 +417,12 @@ class TextDataModule(PreparedText):
         seed: int = 0,
     ):
         super().__init__()
+        plain_name(name)
+        check_counts(block_size=block_size, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
+                     min_count=min_count)  # fmt: skip
+        if vocab_size is not None:
+            check_counts(vocab_size=vocab_size)
+        check_splits(splits)
         self.save_hyperparameters(logger=False)
         self.processed_dir = Path(processed_dir)
         self.splits: dict[str, TokenWindows] = {}
@@ -384,12 +435,17 @@ class TextDataModule(PreparedText):
             path = fetch(hp.dataset, hp.raw_dir, hp.mirror)
         files = corpus_files(path, hp.glob)
         prepare_corpus(self.processed_dir, files, hp.tokenizer, hp.vocab_size, tuple(hp.splits),
-                       hp.tokenizer_file)  # fmt: skip
+                       hp.tokenizer_file, hp.min_count)  # fmt: skip
 
     @property
     def model_kwargs(self) -> dict:
         """What the model needs to know about the data (train.py passes it to the model)."""
         return {"vocab_size": self.meta["vocab_size"]}
+
+    def counts(self, split: str = "train") -> np.ndarray:
+        """(K,) how often each token occurs in a split: word2vec's unigram distribution."""
+        data = np.memmap(self.processed_dir / f"{split}.bin", dtype=self.meta["dtype"], mode="r")
+        return np.bincount(data, minlength=self.meta["vocab_size"])
 
     # -- loading: runs on every process
     def setup(self, stage: str | None = None) -> None:

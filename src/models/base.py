@@ -1,5 +1,6 @@
 """What the Transformer LightningModules (GPT, BERT) share: AdamW with warm-up and cosine decay,
-a NaN check, and the model class recorded in every checkpoint."""
+a NaN check, the model class recorded in every checkpoint, and a token embedding initialised
+from pre-trained word vectors (`model.embedding`)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ class TransformerModule(pl.LightningModule):
             opt, warmup_cosine(o["warmup_steps"], o["decay_steps"], o["min_lr"] / o["lr"])
         )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def setup(self, stage: str) -> None:
+        # the chapter's "pre-trained layer" (sec. 12.2.1): word vectors, e.g. a word2vec run's,
+        # as the token embedding of a word-level tokenizer; a resumed run's checkpoint then
+        # restores the trained values over them
+        emb = self.hparams.get("embedding") or {}
+        if emb.get("init") and stage == "fit":
+            from src.models.word2vec import init_token_embedding
+
+            init_token_embedding(self.net.tok_emb, self.trainer.datamodule.tokenizer,
+                                 emb["init"], emb.get("freeze", False))  # fmt: skip
 
     def on_train_start(self) -> None:
         # the model's size in metrics.json, beside what it buys

@@ -85,7 +85,14 @@ def encode(net: TokenTransformer, ids: Tensor) -> Tensor:
 class BertMLM(TransformerModule):
     """Masked-LM pre-training of a bidirectional encoder; logs loss and masked-token accuracy."""
 
-    def __init__(self, net: dict, optim: dict, vocab_size: int, mask_prob: float = 0.15):
+    def __init__(
+        self,
+        net: dict,
+        optim: dict,
+        vocab_size: int,
+        mask_prob: float = 0.15,
+        embedding: dict | None = None,
+    ):
         super().__init__()
         self.save_hyperparameters()
         self.net = TokenTransformer(TokenTransformerConfig(**net, vocab_size=vocab_size), False)

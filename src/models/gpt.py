@@ -37,36 +37,17 @@ class GPT(TokenTransformer):
         return self.forward(idx[:, -self.cfg.block_size :], last_only=True)[:, -1]
 
 
-class GPTLitModule(TransformerModule):
-    """Trains GPT with AdamW, linear warm-up and cosine decay; logs loss, perplexity and lr."""
+class LanguageModelModule(TransformerModule):
+    """Trains a causal language model on windows (x, y) of the token stream with AdamW, linear
+    warm-up and cosine decay; logs loss, perplexity and lr. Subclasses give `_loss(batch)`."""
 
-    def __init__(
-        self,
-        net: dict,
-        optim: dict,
-        vocab_size: int,
-        generation: dict | None = None,
-        compile: bool = False,
-    ):
+    def __init__(self):
         super().__init__()
-        self.save_hyperparameters()
-        self.net = GPT(GPTConfig(**net, vocab_size=vocab_size))
-        self.generation = GenerationConfig(**(generation or {}))
         self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
 
-    def configure_model(self) -> None:
-        if self.hparams.compile and not isinstance(
-            self.net.transformer, torch._dynamo.OptimizedModule
-        ):
-            self.net.transformer = torch.compile(self.net.transformer)
-
-    def forward(self, idx: Tensor) -> Tensor:
-        return self.net(idx)
-
     def _loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
-        x, y = batch  # (B, T), (B, T)
-        logits = self.net(x)  # (B, T, K)
-        return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        """x, y: (B, T) -> the mean cross-entropy of the next tokens y."""
+        raise NotImplementedError
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss = self._loss(batch)
@@ -99,6 +80,38 @@ class GPTLitModule(TransformerModule):
     def on_test_epoch_end(self) -> None:
         self._log_eval("test", self.test_loss)
 
+
+class GPTLitModule(LanguageModelModule):
+    """Trains GPT; generates through the key/value cache."""
+
+    def __init__(
+        self,
+        net: dict,
+        optim: dict,
+        vocab_size: int,
+        generation: dict | None = None,
+        compile: bool = False,
+        embedding: dict | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = GPT(GPTConfig(**net, vocab_size=vocab_size))
+        self.generation = GenerationConfig(**(generation or {}))
+
+    def configure_model(self) -> None:
+        if self.hparams.compile and not isinstance(
+            self.net.transformer, torch._dynamo.OptimizedModule
+        ):
+            self.net.transformer = torch.compile(self.net.transformer)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.net(idx)
+
+    def _loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        x, y = batch  # (B, T), (B, T)
+        logits = self.net(x)  # (B, T, K)
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
     def generate(
         self, prompt: Tensor, cfg: GenerationConfig | None = None, cache: bool = True, **kw
     ) -> Tensor:
@@ -122,9 +135,10 @@ class ImageGPT(GPTLitModule):
         codes: int,
         generation: dict | None = None,
         compile: bool = False,
+        embedding: dict | None = None,
     ):
         net = {**net, "block_size": image_size[0] * image_size[1]}  # start + H W - 1 codes
-        super().__init__(net, optim, vocab_size, generation, compile)
+        super().__init__(net, optim, vocab_size, generation, compile, embedding)
         # the start token begins an image and is never a pixel
         self.generation = dataclasses.replace(self.generation, suppress_ids=(codes,))
 

@@ -1,0 +1,145 @@
+"""Skip-gram word vectors of tiny Shakespeare's words, ours beside gensim's, side by side.
+
+    python bench/word2vec.py [--data PATH] [--max-steps 600] [--mode skipgram|cbow] [--json FILE]
+
+Trains `experiment=word2vec_shakespeare` with `python -m src.train` (word-level tokenizer,
+words seen 5 times, windows of 129 words, R = 5, S = 5, t = 1e-3, D = 100), then gensim's
+`Word2Vec` on the same training split's token stream (special tokens dropped, as ours drops
+them) with the same window, dimension, noise words, subsampling and as many passes over the
+corpus as our random windows amount to, on as many worker threads as torch uses. Both sets of
+vectors are scored by the same code (src.models.word2vec.evaluate): analogy accuracy on the
+Google set and Spearman's ρ on WordSim-353, each on the questions whose words are in the
+vocabulary (coverage printed). Words/s: ours is the Throughput callback's median
+train/tokens_per_sec (the pipeline's training steps), gensim's the words of all its passes over
+the wall time of `train()`. Needs gensim (pip install -e '.[bench]'). The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from src.data.text import load_tokenizer
+from src.models.word2vec import (
+    N_SPECIAL,
+    WordVectors,
+    evaluate,
+    gensim_test_file,
+    load_word_vectors,
+    read_analogies,
+    read_wordsim,
+)
+from src.utils.summary import emit_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCE = 10_000  # gensim's longest sentence (MAX_WORDS_IN_BATCH)
+
+
+def run_ours(data: Path | None, max_steps: int, mode: str, seed: int, run_dir: Path) -> dict:
+    cmd = [
+        sys.executable, "-m", "src.train", "experiment=word2vec_shakespeare",
+        *([f"data.path={data}"] if data else []), f"trainer.max_steps={max_steps}",
+        f"model.net.mode={mode}", f"seed={seed}", "logger=csv", f"hydra.run.dir={run_dir}",
+        "callbacks.progress_bar.refresh_rate=50",
+    ]  # fmt: skip
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    with open(run_dir / "csv" / "metrics.csv") as f:
+        speeds = [float(r["train/tokens_per_sec"]) for r in csv.DictReader(f)
+                  if r.get("train/tokens_per_sec")]  # fmt: skip
+    return {"words_per_sec": statistics.median(speeds[1:] or speeds)}  # the first: warm-up
+
+
+def run_gensim(run_dir: Path, epochs: int, seed: int) -> tuple[WordVectors, float]:
+    """gensim's Word2Vec on the run's training stream; returns its vectors and words/s."""
+    from gensim.models import Word2Vec
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    d = ROOT / cfg.data.processed_dir
+    meta = json.loads((d / "meta.json").read_text())
+    ids = np.fromfile(d / "train.bin", dtype=meta["dtype"])
+    ids = ids[ids >= N_SPECIAL]  # <unk> and <|endoftext|> are no words (ours drops them too)
+    vocab = load_tokenizer((d / "tokenizer.json").read_text()).get_vocab()
+    words = np.array(sorted(vocab, key=vocab.get), dtype=object)[ids]
+    sentences = [list(words[i : i + SENTENCE]) for i in range(0, len(words), SENTENCE)]
+    net = cfg.model.net
+    model = Word2Vec(
+        vector_size=net.dim, window=net.window, negative=net.negative, sample=net.sample,
+        ns_exponent=net.ns_exponent, sg=int(net.mode == "skipgram"), min_count=1,
+        workers=torch.get_num_threads(), seed=seed,
+    )  # fmt: skip
+    model.build_vocab(sentences)
+    t0 = time.perf_counter()
+    model.train(sentences, total_examples=len(sentences), epochs=epochs)
+    seconds = time.perf_counter() - t0
+    kv = model.wv
+    keep = [w for w in kv.index_to_key if not any(c.isspace() for c in w)]  # as ours is saved
+    return WordVectors(keep, kv[keep]), epochs * len(words) / seconds
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--data", type=Path, help="a corpus file instead of data/raw/tinyshakespeare")
+    p.add_argument("--max-steps", type=int, default=600)
+    p.add_argument("--mode", choices=["skipgram", "cbow"], default="skipgram")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/word2vec")
+    p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
+    args = p.parse_args()
+    if gensim_test_file("questions-words.txt") is None:
+        sys.exit("bench/word2vec.py needs gensim: pip install -e '.[bench]'")
+    run_dir = args.out.resolve() / args.mode
+    ours = run_ours(args.data and args.data.resolve(), args.max_steps, args.mode, args.seed,
+                    run_dir)  # fmt: skip
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    meta = json.loads((ROOT / cfg.data.processed_dir / "meta.json").read_text())
+    window_words = args.max_steps * cfg.data.batch_size * (cfg.data.block_size + 1)
+    epochs = max(1, round(window_words / meta["tokens"]["train"]))
+    gensim_vectors, gensim_speed = run_gensim(run_dir, epochs, args.seed)
+    our_vectors = WordVectors(*load_word_vectors(run_dir / "word_vectors.txt"))
+
+    analogies = read_analogies(gensim_test_file("questions-words.txt"))
+    wordsim = read_wordsim(gensim_test_file("wordsim353.tsv"))
+    scores = {
+        "ours": {
+            **evaluate(our_vectors, analogies, wordsim),
+            "words_per_sec": ours["words_per_sec"],
+        },
+        "gensim": {**evaluate(gensim_vectors, analogies, wordsim), "words_per_sec": gensim_speed},
+    }
+    print(f"\n{args.mode}, {epochs} passes over {meta['tokens']['train']:,} training words")
+    print(f"{'':28}{'ours':>12}{'gensim':>12}")
+    for key in ("analogy_acc", "analogy_coverage", "analogy_questions", "wordsim_spearman",
+                "wordsim_coverage", "wordsim_pairs", "words_per_sec"):  # fmt: skip
+        a, b = scores["ours"][key], scores["gensim"][key]
+        print(f"{key:28}{a:>12.4g}{b:>12.4g}")
+    for word in ("king", "love", "night", "romeo"):
+        for name, vectors in (("ours", our_vectors), ("gensim", gensim_vectors)):
+            if word in vectors.index:
+                near = ", ".join(w for w, _ in vectors.nearest(word, 5))
+                print(f"  {word:>6} ({name:>6}): {near}")
+    result = {
+        "bench": "word2vec_shakespeare",
+        "mode": args.mode,
+        "steps": args.max_steps,
+        "epochs": epochs,
+        "train_words": meta["tokens"]["train"],
+        **{f"{k}_{name}": round(v, 4) for name, s in scores.items() for k, v in s.items()},
+        "torch_threads": torch.get_num_threads(),
+    }
+    emit_summary(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

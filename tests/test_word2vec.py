@@ -1,0 +1,230 @@
+"""Word embeddings (model=word2vec): the word tokenizer, training pairs and noise words, the
+loss, the evaluation code, the GPT embedding initialised from word vectors, and the pipeline."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from src.data.text import SPECIAL_TOKENS, UNK, load_tokenizer, train_tokenizer
+from src.models.word2vec import (
+    N_SPECIAL,
+    Word2Vec,
+    Word2VecConfig,
+    WordVectors,
+    compact,
+    context_pairs,
+    evaluate,
+    gensim_test_file,
+    init_token_embedding,
+    keep_probability,
+    load_word_vectors,
+    noise_distribution,
+    read_analogies,
+    read_wordsim,
+    save_word_vectors,
+)
+from src.utils.errors import PipelineError
+from tests.conftest import assert_ok, run_module
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# a toy corpus with structure: animals go with "eats", tools with "cuts"
+TOY = " ".join(
+    f"the {a} eats {f} . the {t} cuts {m} ."
+    for a, f, t, m in zip(
+        ["cat", "dog", "cow", "horse"] * 50,
+        ["fish", "meat", "grass", "hay"] * 50,
+        ["knife", "saw", "axe", "blade"] * 50,
+        ["bread", "wood", "logs", "rope"] * 50,
+        strict=True,
+    )
+)
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def test_word_tokenizer_round_trip_and_unknown_word():
+    """Lowercase words, punctuation and line breaks as tokens; rarer words than min_count are
+    <unk>; decoding joins the words with spaces."""
+    tok = train_tokenizer("word", ["The cat sat.\nThe cat ran; the dog sat."], None, 2)
+    assert [tok.token_to_id(t) for t in SPECIAL_TOKENS] == list(range(N_SPECIAL))
+    assert set(tok.get_vocab()) - set(SPECIAL_TOKENS) == {"the", "cat", "sat", "."}
+    enc = tok.encode("The CAT sat.\nthe cat")
+    assert enc.tokens == ["the", "cat", "sat", ".", UNK, "the", "cat"]  # "\n" seen once: <unk>
+    assert tok.decode(tok.encode("the cat sat .").ids) == "the cat sat ."
+    again = train_tokenizer("word", ["a b\nc\n"], None, 1)
+    assert again.decode(again.encode("A b\nc").ids) == "a b \n c"
+    assert train_tokenizer("word", ["a a a b b c"], N_SPECIAL + 2).get_vocab_size() == 8
+
+
+# --------------------------------------------------------------------------- pairs and noise
+
+
+def test_context_pairs_within_each_radius():
+    """Every (centre, context) pair of valid positions within the centre's radius, once."""
+    valid = torch.tensor([[True] * 5 + [False] * 2])
+    radius = torch.tensor([[1, 2, 1, 2, 1, 2, 2]])
+    centre, context = context_pairs(valid, radius)
+    got = sorted(zip(centre.tolist(), context.tolist(), strict=True))
+    want = sorted(
+        (c, o) for c in range(5) for o in range(5) if c != o and abs(c - o) <= radius[0, c]
+    )
+    assert got == want
+
+
+def test_subsampled_words_vanish_and_neighbours_close_up():
+    tokens = torch.tensor([[10, 11, 12, 13, 14]])
+    keep = torch.tensor([[True, False, True, False, True]])
+    packed, valid = compact(tokens, keep)
+    assert packed[0, :3].tolist() == [10, 12, 14] and valid[0].tolist() == [1, 1, 1, 0, 0]
+
+
+def test_noise_distribution_and_subsampling():
+    """Noise ∝ count^0.75 over words only; frequent words are kept less often."""
+    counts = torch.tensor([50, 9, 0, 0, 0, 0, 1000, 100, 10, 0])
+    p = noise_distribution(counts)
+    assert p[:N_SPECIAL].sum() == 0 and p[-1] == 0
+    ratio = (torch.tensor([1000.0, 100, 10]) ** 0.75) / (1000**0.75 + 100**0.75 + 10**0.75)
+    assert torch.allclose(p[6:9], ratio)
+    draws = torch.multinomial(
+        p, 200_000, replacement=True, generator=torch.Generator().manual_seed(0)
+    )
+    freq = torch.bincount(draws, minlength=10).float() / len(draws)
+    assert torch.allclose(freq, p, atol=5e-3)
+    keep = keep_probability(counts, 1e-2)
+    assert keep[:N_SPECIAL].sum() == 0 and keep[8] == 1 and keep[6] < keep[7] < 1
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("mode", ["skipgram", "cbow"])
+def test_loss_decreases_on_a_toy_corpus(mode):
+    tok = train_tokenizer("word", [TOY])
+    ids = torch.tensor(tok.encode(TOY).ids)
+    torch.manual_seed(0)
+    net = Word2Vec(Word2VecConfig(vocab_size=tok.get_vocab_size(), dim=16, mode=mode, window=2,
+                                  sample=0))  # fmt: skip
+    net.set_counts(torch.bincount(ids, minlength=tok.get_vocab_size()))
+    assert net.E.shape == (16, tok.get_vocab_size())  # D × K, v_n = E x_n its columns
+    opt = torch.optim.Adam(net.parameters(), lr=0.05)
+    windows = ids[: len(ids) // 20 * 20].view(-1, 20)  # (B, T)
+    g = torch.Generator().manual_seed(0)
+    first = net(windows, torch.Generator().manual_seed(1)).item()
+    for _ in range(60):
+        loss = net(windows, g)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    last = net(windows, torch.Generator().manual_seed(1)).item()
+    assert first == pytest.approx(6 * math.log(2), rel=1e-3)  # u = 0: σ(0) = 1/2 for 1 + 5 words
+    assert last < 0.7 * first
+    vocab = tok.get_vocab()
+    vectors = WordVectors(list(vocab), net.emb_in.weight[list(vocab.values())].detach())
+    assert vectors.nearest("cat", 1)[0][0] in {"dog", "cow", "horse"}
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def test_evaluation_on_hand_made_sets(tmp_path):
+    words = ["man", "woman", "king", "queen", "apple", "boy", "girl"]
+    v = torch.tensor(
+        [[1.0, 0, 0], [1, 1, 0], [1, 0, 1], [1, 1, 1], [0, 0.1, -1], [0.9, 0, 0.1], [0.9, 1, 0.1]]
+    )
+    vectors = WordVectors(words, v)
+    (tmp_path / "q.txt").write_text(
+        ": family\nman woman king queen\nman woman boy girl\nman king woman apple\n"
+        "Man Woman Prince Princess\n"  # not in the vocabulary: not covered
+    )
+    (tmp_path / "ws.tsv").write_text(
+        "# comment\nking\tqueen\t9\nman\twoman\t8\napple\tking\t1\nfoo\tbar\t5\n"
+    )
+    questions = read_analogies(tmp_path / "q.txt")
+    pairs = read_wordsim(tmp_path / "ws.tsv")
+    assert questions[0] == ("man", "woman", "king", "queen") and len(pairs) == 4
+    scores = evaluate(vectors, questions, pairs)
+    assert scores["analogy_acc"] == pytest.approx(2 / 3)  # the third's answer is not apple
+    assert scores["analogy_coverage"] == 0.75 and scores["analogy_questions"] == 3
+    assert scores["wordsim_spearman"] == pytest.approx(1.0)
+    assert scores["wordsim_coverage"] == 0.75
+    assert [w for w, _ in vectors.nearest("king", 2)] == ["queen", "boy"]
+
+
+def test_gensims_evaluation_files_are_read():
+    path = gensim_test_file("questions-words.txt")
+    if path is None:
+        pytest.skip("gensim is not installed (pip install -e '.[dev]'): its evaluation files")
+    assert len(read_analogies(path)) == 19544
+    assert len(read_wordsim(gensim_test_file("wordsim353.tsv"))) == 353
+
+
+def test_word_vectors_file_round_trip(tmp_path):
+    vectors = WordVectors(["a", "b", "\n"], torch.randn(3, 4))
+    save_word_vectors(vectors, tmp_path / "v.txt")
+    words, loaded = load_word_vectors(tmp_path / "v.txt")
+    assert words == ["a", "b"]  # a word with whitespace cannot be written
+    assert torch.allclose(loaded, vectors.raw[:2], atol=1e-5)
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_gpt_token_embedding_from_word_vectors(tmp_path, freeze):
+    from src.models.gpt import GPTLitModule
+
+    tok = train_tokenizer("word", ["the cat sat on the mat"])
+    vectors = torch.randn(3, 8)
+    save_word_vectors(WordVectors(["cat", "mat", "zebra"], vectors), tmp_path / "v.txt")
+    net = {"n_layer": 1, "n_head": 2, "d_model": 8, "block_size": 4}
+    gpt = GPTLitModule(net, {}, tok.get_vocab_size(), embedding={"init": "x"})
+    before = gpt.net.tok_emb.weight.detach().clone()
+    assert init_token_embedding(gpt.net.tok_emb, tok, str(tmp_path / "v.txt"), freeze) == 2
+    w = gpt.net.tok_emb.weight
+    for word, i in (("cat", 0), ("mat", 1)):
+        assert torch.allclose(w[tok.token_to_id(word)], vectors[i], atol=1e-5)
+    assert torch.equal(w[tok.token_to_id("the")], before[tok.token_to_id("the")])
+    assert w.requires_grad is not freeze
+    assert gpt.net.lm_head.weight is w  # tied: the output layer shares (and freezes) them
+    with pytest.raises(PipelineError, match="dimensions"):
+        init_token_embedding(torch.nn.Embedding(10, 5), tok, str(tmp_path / "v.txt"), freeze)
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+def test_train_word2vec_then_gpt_from_its_vectors(tmp_path, shakespeare):
+    """src.train model=word2vec on Shakespeare's words logs the scores and writes the vectors;
+    a word-level GPT then starts from them, frozen."""
+    common = [
+        f"data.path={shakespeare}", "data.tokenizer=word", "data.vocab_size=2000",
+        "data.block_size=32", "data.steps_per_epoch=5", "trainer.max_steps=10",
+        "trainer.limit_val_batches=2", "logger=csv", "test=false",
+        "callbacks.progress_bar.refresh_rate=0", f"paths.data_dir={tmp_path}/data",
+    ]  # fmt: skip
+    w2v = tmp_path / "w2v"
+    assert_ok(run_module("src.train", "model=word2vec", "data=text", *common,
+                         "model.net.dim=16", f"hydra.run.dir={w2v}"))  # fmt: skip
+    metrics = json.loads((w2v / "metrics.json").read_text())
+    assert metrics["val/loss"] < metrics["train/loss"] * 1.5
+    if gensim_test_file("questions-words.txt") is not None:
+        assert 0 < metrics["val/analogy_coverage"] < 1 and 0 < metrics["val/wordsim_coverage"] < 1
+    assert "king:" in (w2v / "neighbours.txt").read_text()
+    words, vectors = load_word_vectors(w2v / "word_vectors.txt")
+    assert vectors.shape == (len(words), 16) and len(words) > 1000
+
+    gpt = tmp_path / "gpt"
+    assert_ok(run_module(
+        "src.train", "model=gpt", "data=text", *common, "model.net.n_layer=1",
+        "model.net.d_model=16", f"model.embedding.init={w2v / 'word_vectors.txt'}",
+        "model.embedding.freeze=true", "model.generation.max_new_tokens=5",
+        f"hydra.run.dir={gpt}",
+    ))  # fmt: skip
+    ckpt = torch.load(gpt / "checkpoints" / "last.ckpt", weights_only=True)
+    emb = ckpt["state_dict"]["net.tok_emb.weight"]  # after 10 steps: frozen
+    tok = load_tokenizer(ckpt["TextDataModule"]["tokenizer"])
+    for word in ("king", "the", "love"):
+        assert torch.allclose(emb[tok.token_to_id(word)], vectors[words.index(word)], atol=1e-5)
