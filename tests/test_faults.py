@@ -1,8 +1,9 @@
 """Faults injected into real runs: signals, kill -9, a full disk, a dead or hung DDP worker.
 
 Each fault is a real process event (a signal sent from outside, OSError(ENOSPC) raised by the
-writer) on a few-seconds GPT run of tiny Shakespeare. The kill -9 trials run once here and ten
-seeded times each in the slow run (bench/faults.py).
+writer) on a few-seconds GPT run of tiny Shakespeare. The kill -9 trials, a hung DDP worker and
+two same-seed runs are marked slow: `python bench/faults.py` runs them all, the kill -9 trials
+eleven seeded times each.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def clean(tmp_path_factory, shakespeare) -> Path:
     return run_dir
 
 
+@pytest.mark.slow  # test_resume_without_checkpoint_starts_afresh compares two fresh runs too
 def test_same_seed_same_metrics(clean, shakespeare):
     again = clean.parent / "again"
     assert_ok(run_module("src.train", *_args(again, shakespeare)))
@@ -231,7 +233,7 @@ def _digest(folder: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- a DDP worker lost
 
 
-@pytest.mark.parametrize("fault", ["killed", "hung"])
+@pytest.mark.parametrize("fault", ["killed", pytest.param("hung", marks=pytest.mark.slow)])
 def test_ddp_worker_lost(tmp_path, shakespeare, fault):
     """2 gloo processes; the second is killed, or stopped (SIGSTOP): the first ends with one
     error line within the collective timeout, never the 30-minute default, and no process is
@@ -291,10 +293,12 @@ def _kill_during_training(clean: Path, shakespeare: Path, seed: int) -> None:
     _assert_same_run(run_dir, clean)
 
 
+@pytest.mark.slow
 def test_kill_during_preparation(tmp_path, shakespeare):
     _kill_during_preparation(tmp_path, shakespeare, seed=0)
 
 
+@pytest.mark.slow
 def test_kill_during_training(clean, shakespeare):
     _kill_during_training(clean, shakespeare, seed=0)
 
