@@ -34,6 +34,7 @@ KINDS = {  # test name (without parameters) -> the fault it injects
     "test_signal_mid_epoch_then_resume": "SIGTERM / SIGINT mid-epoch, then resume",
     "test_second_signal_exits_without_waiting": "a second SIGTERM during the shutdown",
     "test_resume_without_checkpoint_starts_afresh": "ckpt_path=last before any checkpoint",
+    "test_resume_after_training_finished": "killed after the last checkpoint, then resume",
     "test_disk_full_while_saving_a_checkpoint": "disk full while saving a checkpoint",
     "test_disk_full_while_writing_a_dataset": "disk full while writing a dataset",
     "test_ddp_worker_lost": "a DDP worker killed or hung",
