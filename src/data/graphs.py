@@ -53,8 +53,25 @@ MASKS = ("train_mask", "val_mask", "test_mask")
 def reading_raw_from(cls: type, raw_dir: Path) -> type:
     """PyG's dataset class `cls`, reading its raw files from `raw_dir` (the dataset's home under
     data/raw) rather than from `<root>/<name>/raw`: raw files stay in one place, and PyG writes
-    only its processed files under `root`."""
-    return type(cls.__name__, (cls,), {"raw_dir": property(lambda self: str(raw_dir))})
+    only its processed files under `root`, each atomically (PyG takes an existing processed
+    file as done, so a kill during its save must not leave half of one)."""
+    from torch_geometric.io import fs
+
+    def process(self) -> None:
+        save = fs.torch_save  # every file PyG's processing writes goes through it
+
+        def atomic_save(data, path: str) -> None:
+            with atomic_file(Path(path)) as tmp:
+                save(data, str(tmp))
+
+        fs.torch_save = atomic_save
+        try:
+            cls._process(self)
+        finally:
+            fs.torch_save = save
+
+    attributes = {"raw_dir": property(lambda self: str(raw_dir)), "_process": process}
+    return type(cls.__name__, (cls,), attributes)
 
 
 def write_json(path: Path, obj) -> None:
