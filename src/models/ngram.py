@@ -34,18 +34,16 @@ and uses the longest context they hold.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
 
 from src.models.generation import GenerationConfig, generate
+from src.models.gpt import LanguageModelMetrics
 from src.utils.checkpoint import class_path
 from src.utils.errors import PipelineError
 
@@ -186,7 +184,7 @@ class NGram(nn.Module):
         return self.forward(idx[:, -max(self.order - 1, 1) :])[:, -1]
 
 
-class NGramLitModule(pl.LightningModule):
+class NGramLitModule(LanguageModelMetrics):
     """Fits the counts of the train split's whole token stream when fitting starts, then takes
     one step that only logs the training loss (no optimiser), then validates and tests like GPT:
     val/loss etc. in nats per token. Logs `params/contexts_order{n}` (the distinct contexts of
@@ -213,7 +211,6 @@ class NGramLitModule(pl.LightningModule):
         self.save_hyperparameters()
         self.net = NGram(order, vocab_size, smoothing, k, discount)
         self.generation = GenerationConfig(**(generation or {}))
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
 
     def configure_optimizers(self) -> None:
         return None  # counting needs no optimiser
@@ -266,25 +263,6 @@ class NGramLitModule(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/ppl", loss.exp())
         self.trainer.should_stop = True
-
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self.val_loss.update(self._loss(batch), weight=batch[0].numel())
-
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self.test_loss.update(self._loss(batch), weight=batch[0].numel())
-
-    def _log_eval(self, stage: str, metric: MeanMetric) -> None:
-        loss = metric.compute()  # synchronised over processes
-        metric.reset()
-        self.log(f"{stage}/loss", loss, prog_bar=True, sync_dist=False)
-        self.log(f"{stage}/ppl", loss.exp())
-        self.log(f"{stage}/bits_per_token", loss / math.log(2))
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_eval("val", self.val_loss)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_eval("test", self.test_loss)
 
     def generate(self, prompt: Tensor, cfg: GenerationConfig | None = None, **kw) -> Tensor:
         """prompt: (B, T0) -> (B, T0 + n); see src.models.generation for the strategies."""
