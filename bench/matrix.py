@@ -8,8 +8,9 @@ whether it is clearly above it.
 Baselines: the training split's majority class (test/acc_majority) for classification, the
 training mean (test/rmse_mean) for regression, 0.5 ROC-AUC for links, the unigram distribution
 of the training tokens for language models, causal and masked, and of the training pixels' codes
-for ImageGPT (its cross-entropy on the test tokens), and for translation the source sentence
-copied as its own translation (its chrF).
+for ImageGPT (its cross-entropy on the test tokens), for word2vec's negative-sampling loss
+vectors that score every pair 0, (1 + S) log 2, and for translation the source sentence copied
+as its own translation (its chrF).
 "Clearly above": accuracy 5 points over the majority's, RMSE under 90 % of the mean's, ROC-AUC
 over 0.6, a loss under 90 % of the unigram's, chrF 10 points over the copy's. A pair that makes
 no sense (EGNN without coordinates) is listed as refused, with its one-line error. On the karate
@@ -127,6 +128,7 @@ PAIRS = [
         for m, steps in (("rnn_lm", 300), ("ngram", 1))
         for d in ("text", "shakespeare")
     ),
+    Pair("word2vec", "shakespeare", "test/loss", ["data.tokenizer=word", "data.min_count=5"], 300),
     Pair("bert", "text", "test/loss", ["trainer.limit_val_batches=20"], MLM_STEPS),
     Pair("bert_cls", "text_cls", "test/acc", [], 300),
     Pair("bert_tagger", "text_tag", "test/acc", [], 200),
@@ -237,6 +239,10 @@ def baseline(pair: Pair, metrics: dict, run_dir: Path) -> float | None:
 
         sources, refs = references(processed_dir(run_dir) / "test.tsv")
         return corpus_scores(sources, refs)["chrf"]
+    if pair.model == "word2vec":  # vectors that ignore the words score 0: σ(0) = 1/2 for the
+        from omegaconf import OmegaConf  # true context word and each of the S noise words
+
+        return (1 + OmegaConf.load(run_dir / "config.yaml").model.net.negative) * math.log(2)
     streams = code_streams if pair.model == "imagegpt" else token_streams
     train, test = streams(run_dir)  # language models: the unigram distribution
     counts = np.bincount(train, minlength=int(max(train.max(), test.max())) + 1) + 1.0

@@ -37,6 +37,14 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 # nn.RNN is the vanilla cell, z_n = tanh(W x_n + U z_{n-1} + b)
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
+
+def cell(name: str) -> type[nn.RNNBase]:
+    """The torch RNN class of a config's `cell`."""
+    if name not in CELLS:
+        raise ValueError(f"unknown cell {name!r}; expected one of {tuple(CELLS)}")
+    return CELLS[name]
+
+
 Hidden = Tensor | tuple[Tensor, Tensor]  # (L, B, D); an LSTM's (h, c)
 
 
@@ -81,10 +89,8 @@ class RNNSeq2Seq(nn.Module):
 
     def __init__(self, cfg: RNNSeq2SeqConfig):
         super().__init__()
-        if cfg.cell not in CELLS:
-            raise ValueError(f"unknown cell {cfg.cell!r}; expected one of {tuple(CELLS)}")
         self.cfg = cfg
-        d, rnn = cfg.d_model, CELLS[cfg.cell]
+        d, rnn = cfg.d_model, cell(cfg.cell)
         between = cfg.dropout if cfg.n_layer > 1 else 0.0  # nn.RNN's dropout is between layers
         self.src_emb = nn.Embedding(cfg.src_vocab_size, d)
         self.tgt_emb = self.src_emb if cfg.shared_vocab else nn.Embedding(cfg.vocab_size, d)
@@ -184,13 +190,11 @@ class RNNLM(nn.Module):
 
     def __init__(self, cfg: RNNLMConfig):
         super().__init__()
-        if cfg.cell not in CELLS:
-            raise ValueError(f"unknown cell {cfg.cell!r}; expected one of {tuple(CELLS)}")
         self.cfg = cfg
-        d = cfg.d_model
+        d, rnn = cfg.d_model, cell(cfg.cell)
         between = cfg.dropout if cfg.n_layer > 1 else 0.0  # nn.RNN's dropout is between layers
         self.tok_emb = nn.Embedding(cfg.vocab_size, d)
-        self.rnn = CELLS[cfg.cell](d, d, cfg.n_layer, batch_first=True, dropout=between)
+        self.rnn = rnn(d, d, cfg.n_layer, batch_first=True, dropout=between)
         self.drop = nn.Dropout(cfg.dropout)
         self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
