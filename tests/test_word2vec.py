@@ -17,6 +17,7 @@ from src.models.word2vec import (
     WordVectors,
     compact,
     context_pairs,
+    draw_noise,
     evaluate,
     gensim_test_file,
     init_token_embedding,
@@ -98,6 +99,21 @@ def test_noise_distribution_and_subsampling():
     assert torch.allclose(freq, p, atol=5e-3)
     keep = keep_probability(counts, 1e-2)
     assert keep[:N_SPECIAL].sum() == 0 and keep[8] == 1 and keep[6] < keep[7] < 1
+
+
+def test_negative_samples_never_include_the_positive():
+    """Even with the true word holding most of the noise distribution's mass."""
+    p = torch.tensor([0.0, 0.9, 0.05, 0.05])
+    target = torch.tensor([1, 2, 3, 1] * 500)
+    noise = draw_noise(p, target, 5, torch.Generator().manual_seed(0))
+    assert noise.shape == (2000, 5)
+    assert not (noise == target[:, None]).any() and not (noise == 0).any()
+    # rows of word 1 see only words 2 and 3, in equal shares
+    counts = torch.bincount(noise[target == 1].flatten(), minlength=4)
+    assert counts[1] == 0 and abs(counts[2] - counts[3]) < 0.1 * counts[2:].sum()
+    net = Word2Vec(Word2VecConfig(vocab_size=N_SPECIAL + 2))
+    with pytest.raises(PipelineError, match="two words"):
+        net.set_counts(torch.tensor([0] * N_SPECIAL + [7, 0]))
 
 
 # --------------------------------------------------------------------------- training

@@ -92,6 +92,17 @@ def noise_distribution(counts: Tensor, exponent: float = 0.75) -> Tensor:
     return (p / p.sum()).float()
 
 
+def draw_noise(p: Tensor, target: Tensor, s: int, generator: torch.Generator | None = None):
+    """(K,) noise distribution, (N,) true words -> (N, S) noise words, none of a row equal to
+    its true word: a draw that hits it is drawn again, so that no term pushes u_o away from the
+    very v it is pulled towards. p must give weight to two words at least."""
+    noise = torch.multinomial(p, len(target) * s, replacement=True, generator=generator)
+    noise = noise.view(-1, s)
+    while (hit := noise == target[:, None]).any():  # rare: a few percent for the commonest word
+        noise[hit] = torch.multinomial(p, int(hit.sum()), replacement=True, generator=generator)
+    return noise
+
+
 def compact(tokens: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
     """(B, T) tokens and keep mask -> the kept tokens moved to the front of each row, in order,
     and the mask of those positions: subsampled words vanish and their neighbours close up."""
@@ -150,6 +161,8 @@ class Word2Vec(nn.Module):
         self.counts.copy_(counts)
         self.keep.copy_(keep_probability(self.counts, self.cfg.sample))
         self.noise.copy_(noise_distribution(self.counts, self.cfg.ns_exponent))
+        if (self.noise > 0).sum() < 2:
+            raise PipelineError("word2vec's negative sampling needs two words or more in training")
 
     def pairs(self, tokens: Tensor, generator: torch.Generator | None = None):
         """(B, T) token ids -> the windows' kept tokens (B T,) flat, and (centre, context)
@@ -176,10 +189,8 @@ class Word2Vec(nn.Module):
             has = size > 0
             v = total[has] / size[has, None]  # (N, D): h
             target = flat[has]  # (N,): the centre words c
-        s = self.cfg.negative
-        noise = torch.multinomial(self.noise, len(target) * s, replacement=True,
-                                  generator=generator)  # fmt: skip
-        words = torch.cat([target[:, None], noise.view(-1, s)], 1)  # (N, 1 + S)
+        noise = draw_noise(self.noise, target, self.cfg.negative, generator)  # (N, S)
+        words = torch.cat([target[:, None], noise], 1)  # (N, 1 + S)
         # (N, 1 + S): u^T v; a product and a sum, several times faster than bmm's N tiny products
         scores = (self.emb_out(words) * v[:, None]).sum(-1)
         sign = torch.ones_like(scores)
