@@ -31,7 +31,12 @@ With `codes=K` (set by model=imagegpt) the images are token sequences instead, I
 codebook of K colours (intensities, for grey images) learnt by k-means over the train pixels
 (vector quantisation, `codebook{K}.npy`), every pixel replaced by its nearest code, in raster
 order. Batches are then (x, y) of shape (B, H W): y the codes, x the start token K followed by
-y[:-1], as a language model reads text.
+y[:-1], as a language model reads text. With `patch=P` the codebook's vectors are P x P patches
+(Parti's image tokens) and an image is H/P x W/P codes.
+
+With `captions` as well (set by model=parti | captioner | cm3leon) every image of a digit becomes
+a pair of caption and codes for an encoder-decoder (src.data.captions): text -> image, image ->
+text or both, batched as the translation pairs are.
 """
 
 from __future__ import annotations
@@ -47,8 +52,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import Dataset
 
+from src.data import vq
+from src.data.captions import DIRECTIONS, CaptionPairs, CaptionVocab, caption, ink, ink_terciles
 from src.data.sources import data_root
 from src.data.text import SPLITS, SplitLoaders
+from src.data.translation import collate_pairs
+from src.nn.patch import patchify, unpatchify
 from src.utils.errors import PipelineError
 from src.utils.files import atomic_dir
 
@@ -181,35 +190,34 @@ def read_folder(root: Path, mode: str, image_size: tuple[int, int] | None) -> Im
 # --------------------------------------------------------------------------- codebook
 
 
-def fit_codebook(images: np.ndarray, k: int, seed: int, sample: int = 200_000) -> np.ndarray:
-    """k-means (scikit-learn) over the pixels of uint8 images (N, C, H, W), `sample` of them at
-    most -> the K centroids (K, C) in [0, 1], darkest first."""
-    from sklearn.cluster import KMeans
-
-    pixels = images.transpose(0, 2, 3, 1).reshape(-1, images.shape[1]) / 255.0  # (M, C)
-    rng = np.random.default_rng(seed)
-    if len(pixels) > sample:
-        pixels = pixels[rng.choice(len(pixels), sample, replace=False)]
-    km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(pixels)
-    centroids = km.cluster_centers_
-    return centroids[np.argsort(centroids.sum(1))].astype(np.float32)
+def fit_codebook(images: np.ndarray, k: int, seed: int, patch: int = 1,
+                 sample: int = 200_000) -> np.ndarray:  # fmt: skip
+    """k-means over the P x P patches of uint8 images (N, C, H, W), read in [0, 1], of as many
+    random images as give `sample` patches -> the K centroids (K, C P P), darkest first (P = 1:
+    colours, ImageGPT's palette)."""
+    per_image = images[0, 0].size // patch**2
+    n = min(len(images), -(-sample // per_image))
+    rows = np.sort(np.random.default_rng(seed).choice(len(images), n, replace=False))
+    x = patch_vectors(images[rows], patch)  # (n, H/P W/P, C P P)
+    return vq.fit_codebook(x.reshape(-1, x.shape[-1]), k, seed)
 
 
-def quantize(images: np.ndarray, codebook: np.ndarray) -> np.ndarray:
-    """uint8 images (N, C, H, W) -> codes (N, H W): each pixel's nearest centroid, raster order."""
-    n, c, h, w = images.shape
-    codes = np.empty((n, h * w), dtype=np.int64)
-    for i in range(0, n, 1024):  # (b, HW, C) against (K, C), in chunks
-        pixels = images[i : i + 1024].transpose(0, 2, 3, 1).reshape(-1, h * w, c) / 255.0
-        d = ((pixels[:, :, None, :] - codebook[None, None]) ** 2).sum(-1)  # (b, HW, K)
-        codes[i : i + 1024] = d.argmin(-1)
-    return codes
+def patch_vectors(images: np.ndarray, patch: int) -> np.ndarray:
+    """uint8 images (N, C, H, W) -> (N, H/P W/P, C P P) float32 in [0, 1], raster order."""
+    return patchify(torch.from_numpy(np.asarray(images, dtype=np.float32) / 255), patch).numpy()
 
 
-def dequantize(codes: torch.Tensor, codebook: torch.Tensor, image_size) -> torch.Tensor:
-    """codes (N, H W) -> images (N, C, H, W) in [0, 1]: every code its centroid's colour."""
-    h, w = image_size
-    return codebook[codes].reshape(len(codes), h, w, -1).permute(0, 3, 1, 2)
+def quantize(images: np.ndarray, codebook: np.ndarray, patch: int = 1) -> np.ndarray:
+    """uint8 images (N, C, H, W) -> codes (N, H/P W/P): each patch's nearest centroid, in raster
+    order."""
+    return np.concatenate([vq.encode(patch_vectors(images[i : i + 1024], patch), codebook)
+                           for i in range(0, len(images), 1024)])  # fmt: skip
+
+
+def dequantize(codes: torch.Tensor, codebook: torch.Tensor, image_size,
+               patch: int = 1) -> torch.Tensor:  # fmt: skip
+    """codes (N, H/P W/P) -> images (N, C, H, W) in [0, 1]: every patch its centroid."""
+    return unpatchify(vq.decode(codes, codebook), tuple(image_size), patch)
 
 
 # --------------------------------------------------------------------------- splits
@@ -285,6 +293,8 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         train_fraction: float = 1.0,
         shift: int = 0,
         codes: int | None = None,
+        patch: int = 1,
+        captions: str | None = None,
         batch_size: int = 128,
         num_workers: int = 0,
         seed: int = 0,
@@ -298,6 +308,9 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             raise PipelineError(f"data.splits={list(splits)} must be positive and sum to 1")
         if not 0 < train_fraction <= 1:
             raise PipelineError(f"data.train_fraction={train_fraction} must be in (0, 1]")
+        if captions is not None and (captions not in DIRECTIONS or not codes):
+            raise PipelineError(f"data.captions={captions!r}: choose {', '.join(DIRECTIONS)}, "
+                                "with data.codes=K")  # fmt: skip
         self.save_hyperparameters(logger=False)
         self.processed_dir = Path(processed_dir)
         self.splits: dict[str, Dataset] = {}
@@ -346,18 +359,21 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             self._prepare_images(settings)
         if self.hparams.codes and not self._codebook_file.exists():
             train = np.load(self.processed_dir / "train_x.npy", mmap_mode="r")
-            codebook = fit_codebook(train, self.hparams.codes, self.hparams.split_seed)
+            hp = self.hparams
+            codebook = fit_codebook(train, hp.codes, hp.split_seed, hp.patch)
             tmp = self._codebook_file.with_suffix(".tmp.npy")
             np.save(tmp, codebook)
             tmp.replace(self._codebook_file)  # whole or absent
 
     @property
     def _codebook_file(self) -> Path:
-        return self.processed_dir / f"codebook{self.hparams.codes}.npy"
+        hp = self.hparams
+        patch = f"-p{hp.patch}" if hp.patch > 1 else ""  # P x P patches; pixels: no suffix
+        return self.processed_dir / f"codebook{hp.codes}{patch}.npy"
 
     @property
     def codebook(self) -> torch.Tensor:
-        """(K, C) centroids in [0, 1] (with data.codes=K)."""
+        """(K, C P P) centroids in [0, 1] (with data.codes=K, data.patch=P)."""
         return torch.from_numpy(np.load(self._codebook_file))
 
     def _prepare_images(self, settings: dict) -> None:
@@ -388,6 +404,9 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
     def model_kwargs(self) -> dict:
         meta = self.meta
         sizes = {"image_size": meta["image_size"], "channels": meta["channels"]}
+        if self.hparams.captions:  # one vocabulary of words and codes for both directions
+            n = len(CaptionVocab(self.hparams.codes))
+            return {"vocab_size": n, "src_vocab_size": n, "shared_vocab": True}
         if self.hparams.codes:  # ImageGPT: K codes and the start token
             return {**sizes, "vocab_size": self.hparams.codes + 1}
         return {**sizes, "num_classes": len(meta["classes"])}
@@ -404,14 +423,31 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         return labels("train"), labels(split)
 
     # -- loading
+    @property
+    def vocab(self) -> CaptionVocab:
+        return CaptionVocab(self.hparams.codes)
+
     def setup(self, stage: str | None = None) -> None:
         meta, hp = self.meta, self.hparams
+        if any(side % hp.patch for side in meta["image_size"]):
+            raise PipelineError(f"data.patch={hp.patch} does not tile {meta['image_size']} images")
+        if hp.captions and meta["classes"] != [str(d) for d in range(10)]:
+            raise PipelineError(f"data.captions name the digits 0-9; these classes are "
+                                f"{', '.join(meta['classes'][:12])}")  # fmt: skip
         for split in SPLITS:
             x = np.load(self.processed_dir / f"{split}_x.npy", mmap_mode="r")
             y = np.load(self.processed_dir / f"{split}_y.npy")
             if split == "train" and hp.train_fraction < 1:  # a stratified share: less data
                 keep = stratified_split(y, (hp.train_fraction, 1 - hp.train_fraction), hp.seed)[0]
                 x, y = x[keep], y[keep]
+            if hp.captions:
+                if split == "train":
+                    self.terciles = ink_terciles(x, y, len(meta["classes"]))
+                texts = [caption(c, a, self.terciles) for c, a in zip(y, ink(x), strict=True)]
+                codes = quantize(x, self.codebook.numpy(), hp.patch)
+                self.splits[split] = CaptionPairs(codes, texts, self.vocab, hp.captions)
+                self.collate = collate_pairs
+                continue
             if hp.codes:
                 self.splits[split] = TokenImages(quantize(x, self.codebook.numpy()), hp.codes)
                 continue

@@ -116,10 +116,13 @@ def build_net(net: dict, **sizes) -> ViT | CNN:
 
 
 class ImageClassifier(TransformerModule):
-    """Cross-entropy training of a ViT or CNN with AdamW, warm-up and cosine decay; logs loss,
-    accuracy and macro-F1 on every split."""
+    """Cross-entropy training of a ViT or CNN with AdamW, warm-up and cosine decay, optionally
+    with label smoothing and mixup (each batch mixed with a shuffled copy of itself, images and
+    targets alike, by lambda ~ Beta(mixup, mixup)); logs loss, accuracy and macro-F1 on every
+    split."""
 
-    def __init__(self, net: dict, optim: dict, image_size, channels: int, num_classes: int):
+    def __init__(self, net: dict, optim: dict, image_size, channels: int, num_classes: int,
+                 mixup: float = 0.0, label_smoothing: float = 0.0):  # fmt: skip
         super().__init__()
         self.save_hyperparameters()
         self.net = build_net(net, image_size=image_size, channels=channels,
@@ -136,8 +139,17 @@ class ImageClassifier(TransformerModule):
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         x, y = batch
-        logits = self(x)
-        loss = F.cross_entropy(logits, y)
+        smooth, alpha = self.hparams.label_smoothing, self.hparams.mixup
+        if alpha:  # mixup: a convex mix of two examples, trained toward the same mix of labels
+            lam = float(torch.distributions.Beta(alpha, alpha).sample())
+            perm = torch.randperm(len(y), device=y.device)
+            logits = self(lam * x + (1 - lam) * x[perm])
+            loss = lam * F.cross_entropy(logits, y, label_smoothing=smooth) + (
+                1 - lam
+            ) * F.cross_entropy(logits, y[perm], label_smoothing=smooth)
+        else:
+            logits = self(x)
+            loss = F.cross_entropy(logits, y, label_smoothing=smooth)
         self.check_finite(loss)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/acc", (logits.argmax(-1) == y).float().mean())
@@ -159,3 +171,14 @@ class ImageClassifier(TransformerModule):
     def test_step(self, batch, batch_idx: int) -> None:
         self._eval_step("test", batch)
         self.confusion.update(self(batch[0]), batch[1])
+
+
+def load_classifier(path) -> ViT | CNN:
+    """An image classifier's checkpoint (model=vit | cnn | ast) -> its network in eval mode,
+    loaded with weights_only=True."""
+    from src.utils.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(path, expected_class=f"{__name__}.ImageClassifier")
+    model = ImageClassifier(**ckpt["hyper_parameters"])
+    model.load_state_dict(ckpt["state_dict"])
+    return model.net.eval()

@@ -176,15 +176,16 @@ class Seq2SeqLitModule(TransformerModule):
 
     # -- translation and its scores
     @torch.no_grad()
-    def translate(self, src: Tensor, cfg: GenerationConfig | None = None,
-                  cache: bool = True) -> list[list[int]]:  # fmt: skip
-        """src: (B, S) ids -> the B translations as token ids, without EOS."""
+    def translate(self, src: Tensor, cfg: GenerationConfig | None = None, cache: bool = True,
+                  generator: torch.Generator | None = None) -> list[list[int]]:  # fmt: skip
+        """src: (B, S) ids -> the B translations as token ids, without EOS; `generator` seeds
+        sampling."""
         cfg = cfg or self.generation
         longest = self.net.cfg.block_size - 1  # the decoder's positions, its start token first
         cfg = dataclasses.replace(cfg, max_new_tokens=min(cfg.max_new_tokens, longest))
         z, pad = self.net.encode(src)
         start = src.new_full((len(src), 1), EOS_ID)
-        out = generate(self.net.next_token_logits(z, pad, cache), start, cfg)
+        out = generate(self.net.next_token_logits(z, pad, cache), start, cfg, generator)
         return [until_eos(row[1:]) for row in out.tolist()]
 
     @torch.no_grad()

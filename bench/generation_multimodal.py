@@ -1,0 +1,137 @@
+"""Multimodal generation on MNIST (Bishop 12.4.4), scored by the project's own classifier:
+text -> image (Parti's shape, `model=parti`), image -> text (`model=captioner`) and one model for
+both (CM3Leon's idea, `model=cm3leon`), all the encoder-decoder of model=seq2seq over one
+vocabulary of caption words and codes of 4 x 4 patches (k-means, 512 codes, train split only).
+
+    python bench/generation_multimodal.py [--judge-steps 800] [--steps 3000] [--out DIR]
+                                          [--json FILE] [KEY=VALUE ...]
+
+1. The judge: the small CNN (`model=cnn data=mnist`) trained on the same split (MNIST's t10k
+   images cut 80/10/10, 8,000 to train on); its test accuracy on real images, and on the test
+   images rebuilt from their codes (the ceiling of any model that draws in codes).
+2. Parti, the captioner and the joint model, each `--steps` steps through `python -m src.train`.
+   Prompts: "a thick D", "a thin D" and "a D" for every digit, 10 samples each (temperature 1),
+   judged: the prompted digit recognised (target >= 80 %, chance 10 %), the stroke (P(ink of a
+   "thick" sample > ink of a "thin" one), chance 0.5), distinct code sequences and the mean
+   pixel distance between samples of one prompt, beside that of real test images of one digit.
+   Captions of the 1,000 test images, greedy: the digit right, and the whole caption (stroke
+   included, against the measured one).
+Grids of samples are copied to --out. The last line printed is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from src.utils.summary import emit_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("parti", "captioner", "cm3leon")
+REFERENCE = {"chance": 0.1, "target_image_digit_acc": 0.8, "stroke_chance": 0.5}
+
+
+def train(overrides: list[str], run_dir: Path) -> tuple[dict, float]:
+    """One `python -m src.train` run on MNIST: (its metrics.json, seconds)."""
+    cmd = [sys.executable, "-m", "src.train", "data=mnist", "trainer.max_epochs=-1",
+           "logger=csv", "callbacks.progress_bar.refresh_rate=0", *overrides,
+           f"hydra.run.dir={run_dir}"]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"error: {run_dir.name} did not train: {proc.stderr.strip().splitlines()[-1]}")
+    return json.loads((run_dir / "metrics.json").read_text()), time.perf_counter() - t0
+
+
+def real_references(judge: Path, processed: Path, codebook: Path) -> dict:
+    """The judge on the test images rebuilt from their codes, and the mean pixel distance
+    between real test images of one digit (30 of each)."""
+    from src.data.images import dequantize, quantize
+    from src.models.image import load_classifier
+    from src.models.multimodal import mean_pairwise_distance
+
+    x, y = np.load(processed / "test_x.npy"), np.load(processed / "test_y.npy")
+    book = np.load(codebook)
+    patch = int(codebook.stem.rsplit("-p", 1)[1])
+    rebuilt = dequantize(torch.from_numpy(quantize(x, book, patch)), torch.from_numpy(book),
+                         x.shape[2:], patch)  # fmt: skip
+    meta = json.loads((processed / "meta.json").read_text())
+    mean = torch.tensor(meta["mean"])[:, None, None] / 255
+    std = torch.tensor(meta["std"])[:, None, None] / 255
+    with torch.no_grad():
+        said = load_classifier(judge)((rebuilt - mean) / std).argmax(-1).numpy()
+    real = torch.from_numpy(x / 255.0).float()
+    spread = [mean_pairwise_distance(real[np.flatnonzero(y == d)[:30]]) for d in range(10)]
+    return {"rebuilt_acc": float((said == y).mean()), "real_spread": float(np.mean(spread))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--judge-steps", type=int, default=800, help="training steps of the CNN")
+    p.add_argument("--steps", type=int, default=3000, help="training steps of each generator")
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/generation_multimodal")
+    p.add_argument("--json", type=Path, help="write the summary here as well")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for every generator run")
+    args = p.parse_args()
+    out = args.out.resolve()
+
+    judge_metrics, judge_s = train(["model=cnn", f"trainer.max_steps={args.judge_steps}"],
+                                   out / "judge")  # fmt: skip
+    judge = next((out / "judge" / "checkpoints").glob("best-*.ckpt"))  # the best val loss
+    print(f"judge (CNN): test accuracy {judge_metrics['test/acc']:.3f} on real images, "
+          f"{judge_s:.0f} s", flush=True)  # fmt: skip
+    rows = {}
+    for model in args.models:
+        metrics, seconds = train([f"model={model}", f"model.judge={judge}",
+                                  f"trainer.max_steps={args.steps}", *args.overrides],
+                                 out / model)  # fmt: skip
+        rows[model] = {k.removeprefix("test/"): v for k, v in metrics.items()
+                       if k.startswith("test/")} | {"seconds": seconds}  # fmt: skip
+        if (out / model / "samples.png").exists():
+            shutil.copy(out / model / "samples.png", out / f"{model}_samples.png")
+        print(f"{model}: " + ", ".join(f"{k} {v:.3f}" for k, v in rows[model].items()),
+              flush=True)  # fmt: skip
+
+    data = OmegaConf.load(out / args.models[0] / "config.yaml").data
+    processed = ROOT / data.processed_dir
+    codebook = processed / f"codebook{data.codes}-p{data.patch}.npy"
+    refs = real_references(judge, processed, codebook)
+
+    print(
+        f"\nMNIST, {args.steps} steps per generator; the judge: {judge_metrics['test/acc']:.1%} "
+        f"on real test images, {refs['rebuilt_acc']:.1%} on them rebuilt from codes (ceiling)"
+    )
+    print(
+        f"{'model':<10}{'digit drawn':>12}{'stroke':>8}{'distinct':>10}{'spread':>8}"
+        f"{'caption digit':>15}{'caption exact':>15}{'seconds':>9}"
+    )
+    for model, r in rows.items():
+        keys = ("image_digit_acc", "stroke_auc", "image_distinct", "image_spread",
+                "caption_digit_acc", "caption_exact")  # fmt: skip
+        cells = [r.get(k) for k in keys]
+        shown = [f"{c:.3f}" if c is not None else "-" for c in cells]
+        print(
+            f"{model:<10}{shown[0]:>12}{shown[1]:>8}{shown[2]:>10}{shown[3]:>8}{shown[4]:>15}"
+            f"{shown[5]:>15}{r['seconds']:>9.0f}"
+        )
+    print(f"{'real':<10}{'':>12}{'':>8}{'':>10}{refs['real_spread']:>8.3f}")
+    print(
+        f"references: chance 10 %, target >= 80 % digits drawn, stroke chance 0.5; samples in {out}"
+    )
+    emit_summary({"bench": "generation_multimodal", "steps": args.steps,
+                  "judge_acc": judge_metrics["test/acc"], **refs, "models": rows,
+                  "reference": REFERENCE}, args.json)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
