@@ -140,6 +140,7 @@ PAIRS = [
         Pair(m, "image_folder", "test/acc", ["data.root={user}/pics"], 300, f"{m}/your-images")
         for m in ("vit", "cnn")
     ),
+    *(Pair(m, "mnist", "test/loss", [], 300) for m in ("parti", "captioner", "cm3leon")),
     *(Pair(m, "fsdd", "test/acc", [], 300) for m in ("ast", "cnn")),
     *(
         Pair(m, "audio", "test/acc", ["data.root={user}/sounds"], 300, f"{m}/your-audio")
@@ -243,7 +244,8 @@ def baseline(pair: Pair, metrics: dict, run_dir: Path) -> float | None:
         from omegaconf import OmegaConf  # true context word and each of the S noise words
 
         return (1 + OmegaConf.load(run_dir / "config.yaml").model.net.negative) * math.log(2)
-    streams = code_streams if pair.model == "imagegpt" else token_streams
+    streams = {"imagegpt": code_streams, "parti": pair_targets, "captioner": pair_targets,
+               "cm3leon": pair_targets}.get(pair.model, token_streams)  # fmt: skip
     train, test = streams(run_dir)  # language models: the unigram distribution
     counts = np.bincount(train, minlength=int(max(train.max(), test.max())) + 1) + 1.0
     return float(-np.log(counts[test] / counts.sum()).mean())
@@ -270,6 +272,19 @@ def code_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     d = ROOT / OmegaConf.load(run_dir / "config.yaml").data.processed_dir
     codebook = next(d.glob("codebook*.npy"))
     return tuple(quantize(np.load(d / f"{s}_x.npy"), np.load(codebook)).ravel()
+                 for s in ("train", "test"))  # fmt: skip
+
+
+def pair_targets(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The text <-> image models' tokens: every train and test target, its EOS included."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from src.data.translation import EOS_ID
+
+    data = instantiate(OmegaConf.load(run_dir / "config.yaml").data)
+    data.setup()
+    return tuple(np.concatenate([np.append(tgt, EOS_ID) for _, tgt in data.splits[s]])
                  for s in ("train", "test"))  # fmt: skip
 
 

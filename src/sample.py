@@ -1,9 +1,13 @@
-"""Generate text from a trained GPT checkpoint; samples go to stdout.
+"""Generate text from a trained GPT checkpoint; samples go to stdout. A text <-> image
+checkpoint (model=parti | captioner | cm3leon) draws the prompt's images into a PNG, or captions
+an image.
 
 python -m src.sample ckpt=outputs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:"
 python -m src.sample ckpt=... strategy=greedy max_new_tokens=100
 python -m src.sample ckpt=... strategy=sample temperature=0.8 top_k=40 top_p=0.95
 python -m src.sample ckpt=... strategy=beam beam_width=8 length_penalty=0.7
+python -m src.sample ckpt=<parti run>/checkpoints/last.ckpt prompt="a thick seven" out=7.png
+python -m src.sample ckpt=<captioner run>/checkpoints/last.ckpt image=digit.png
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def sample(cfg: DictConfig) -> list[str]:
 
     ckpt = load_checkpoint(cfg.ckpt)
     found = ckpt.get("model_class")
+    if found == "src.models.multimodal.ImageTextSeq2Seq":
+        return draw_or_caption(cfg)
     if found not in LANGUAGE_MODELS:
         raise PipelineError(f"checkpoint {cfg.ckpt} holds a {found or 'foreign model'}, not a "
                             f"language model ({', '.join(LANGUAGE_MODELS.values())})")  # fmt: skip
@@ -61,6 +67,49 @@ def sample(cfg: DictConfig) -> list[str]:
     n = cfg.num_samples if cfg.strategy == "sample" else 1
     out = model.generate(prompt.expand(n, -1), gen, generator=g)
     return [cfg.prompt + tokenizer.decode(row[prompt.size(1) :].tolist()) for row in out]
+
+
+def draw_or_caption(cfg: DictConfig) -> list[str]:
+    """A text <-> image checkpoint: with image=PNG, its caption; otherwise num_samples images of
+    the prompt drawn into out (a PNG)."""
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+    from src.data.captions import WORDS
+    from src.data.images import dequantize, quantize
+    from src.models.generation import GenerationConfig
+    from src.models.multimodal import load_image_text
+    from src.utils.callbacks import plot_image_rows
+    from src.utils.errors import PipelineError
+
+    model, codebook, size = load_image_text(cfg.ckpt)
+    patch, direction = model.hparams.patch, model.hparams.captions
+    if cfg.image:
+        if direction == "text2image":
+            raise PipelineError(f"{cfg.ckpt} draws images from captions (model=parti); give "
+                                "prompt=..., not image=")  # fmt: skip
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            img = Image.open(cfg.image).convert("L").resize(size[::-1])
+        except (OSError, UnidentifiedImageError) as e:
+            raise PipelineError(f"{cfg.image}: not a readable image ({e})") from None
+        codes = quantize(np.asarray(img, dtype=np.uint8)[None, None], codebook.numpy(), patch)
+        return model.caption_images(codes)
+    if direction == "image2text":
+        raise PipelineError(f"{cfg.ckpt} captions images (model=captioner); give image=PNG")
+    unknown = [w for w in cfg.prompt.split() if w not in WORDS]
+    if unknown or not cfg.prompt.split():
+        raise PipelineError(f"prompt={cfg.prompt!r}: captions use the words {' '.join(WORDS)}")
+    model.generation = GenerationConfig.from_settings(cfg, eos_id=None)
+    g = torch.Generator().manual_seed(cfg.seed)
+    n_codes = (size[0] // patch) * (size[1] // patch)
+    codes = model.generate_images([cfg.prompt] * cfg.num_samples, n_codes, g)
+    out = Path(cfg.out)
+    plot_image_rows([dequantize(codes, codebook, size, patch)], [cfg.prompt], out)
+    return [f"{cfg.num_samples} images of {cfg.prompt!r} in {out}"]
 
 
 @config_errors

@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from src.data.captions import CaptionPairs, CaptionVocab, caption, ink_terciles
 from src.data.images import ImageDataModule, fit_codebook
@@ -16,8 +15,8 @@ from tests.conftest import assert_ok, run_module
 
 TINY = ["data=digits", "model.codes=32", "model.patch=2", "model.net.n_layer=1",
         "model.net.d_model=32", "model.samples_per_prompt=2", "model.val_sentences=50",
-        "model.optim.warmup_steps=10", "trainer.max_steps=60", "trainer.val_check_interval=30", "data.batch_size=32",
-        "logger=csv", "callbacks.progress_bar.refresh_rate=0"]  # fmt: skip
+        "model.optim.warmup_steps=10", "trainer.max_steps=60", "trainer.val_check_interval=30",
+        "data.batch_size=32", "logger=csv", "callbacks.progress_bar.refresh_rate=0"]  # fmt: skip
 
 
 def test_captions_say_thick_and_thin_by_the_digits_own_ink_terciles():
@@ -73,4 +72,20 @@ def test_each_direction_trains_through_the_entry_point_and_its_loss_falls(tmp_pa
         assert (run / "samples.png").stat().st_size > 5_000
     if model != "parti":
         assert 0 <= metrics["test/caption_exact"] <= metrics["test/caption_digit_acc"] <= 1
-    torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    if model == "captioner":  # a PNG of a digit in, a caption out
+        from PIL import Image
+
+        from src.data.images import read_digits
+
+        Image.fromarray(read_digits()[0][0, 0]).save(tmp_path / "digit.png")
+        said = run_module("src.sample", f"ckpt={ckpt}", f"image={tmp_path / 'digit.png'}")
+        assert_ok(said)
+        assert said.stdout.split()[0] == "a"
+    else:  # a prompt in, a PNG of its samples out
+        from PIL import Image
+
+        drawn = run_module("src.sample", f"ckpt={ckpt}", "prompt=a thick seven",
+                           f"out={tmp_path / 'seven.png'}", "num_samples=4")  # fmt: skip
+        assert_ok(drawn)
+        assert Image.open(tmp_path / "seven.png").size[0] > 100

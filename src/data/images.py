@@ -456,7 +456,9 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
 
     # -- the codebook travels inside ImageGPT's checkpoints, to render samples from them alone
     def state_dict(self) -> dict:
-        return {"codebook": self.codebook.tolist()} if self.hparams.codes else {}
+        if not self.hparams.codes:
+            return {}
+        return {"codebook": self.codebook.tolist(), "image_size": self.meta["image_size"]}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("codebook") is not None and state["codebook"] != self.codebook.tolist():

@@ -31,7 +31,6 @@ from src.data.captions import DIGITS, CaptionVocab, ink
 from src.data.images import dequantize
 from src.data.text import PAD_ID
 from src.data.translation import EOS_ID, pad
-from src.models.generation import GenerationConfig
 from src.models.seq2seq import Seq2SeqLitModule
 from src.utils.callbacks import log_image, plot_image_rows
 
@@ -72,13 +71,11 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
             object.__setattr__(self, "judge_net", load_classifier(self.hparams.judge))
 
     # -- generation
-    def generate_images(self, captions: list[str], generator: torch.Generator | None = None,
-                        cfg: GenerationConfig | None = None) -> Tensor:  # fmt: skip
-        """Captions -> codes (N, H/P W/P), sampled as `generation` says, codes only."""
-        data = self.trainer.datamodule
-        h, w = data.meta["image_size"]
-        n_codes = (h // self.hparams.patch) * (w // self.hparams.patch)
-        cfg = dataclasses.replace(cfg or self.generation, max_new_tokens=n_codes, eos_id=None,
+    @torch.no_grad()
+    def generate_images(self, captions: list[str], n_codes: int,
+                        generator: torch.Generator | None = None) -> Tensor:  # fmt: skip
+        """Captions -> codes (N, n_codes), sampled as `generation` says, codes only."""
+        cfg = dataclasses.replace(self.generation, max_new_tokens=n_codes, eos_id=None,
                                   suppress_ids=tuple(range(self.vocab.code_offset)))  # fmt: skip
         task = self.vocab.task("text2image")
         rows = [[task, *self.vocab.encode_text(c)] for c in captions]
@@ -88,6 +85,7 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
             out += self.translate(src, cfg, generator=generator)
         return torch.from_numpy(self.vocab.image_codes(np.array(out)))
 
+    @torch.no_grad()
     def caption_images(self, codes: np.ndarray) -> list[str]:
         """Codes (N, H/P W/P) -> greedy captions."""
         words = range(self.vocab.index["a"], self.vocab.code_offset)
@@ -103,7 +101,7 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
         return [self.vocab.decode_text(ids) for ids in out]
 
     def images(self, codes: Tensor) -> Tensor:
-        """Codes (N, H/P W/P) -> images (N, C, H, W) in [0, 1]."""
+        """Codes (N, H/P W/P) -> images (N, C, H, W) in [0, 1], with the data's codebook."""
         data = self.trainer.datamodule
         return dequantize(codes.cpu(), data.codebook, data.meta["image_size"], self.hparams.patch)
 
@@ -135,7 +133,10 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
         k = self.hparams.samples_per_prompt
         texts, digits = prompts(k)
         g = torch.Generator(self.device).manual_seed(0)
-        codes = self.generate_images(texts, generator=g)
+        h, w = self.trainer.datamodule.meta["image_size"]
+        codes = self.generate_images(
+            texts, (h // self.hparams.patch) * (w // self.hparams.patch), g
+        )
         images = self.images(codes)  # (10 x 3 x k, C, H, W)
         scores = {"image_distinct": len({tuple(c.tolist()) for c in codes}) / len(codes)}
         per_prompt = images.view(len(DIGITS) * len(STROKES), k, *images.shape[1:])
@@ -182,3 +183,15 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
         path = Path(self.trainer.default_root_dir) / "samples.png"
         plot_image_rows(rows, names, path)
         log_image(self.trainer, "test/samples", path)
+
+
+def load_image_text(path) -> tuple[ImageTextSeq2Seq, Tensor, tuple[int, int]]:
+    """A checkpoint of model=parti | captioner | cm3leon -> (model in eval mode, its codebook
+    (K, C P P), the image size), loaded with weights_only=True."""
+    from src.utils.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(path, expected_class=f"{__name__}.ImageTextSeq2Seq")
+    model = ImageTextSeq2Seq(**ckpt["hyper_parameters"])
+    model.load_state_dict(ckpt["state_dict"])
+    data = ckpt["ImageDataModule"]
+    return model.eval(), torch.tensor(data["codebook"]), tuple(data["image_size"])
