@@ -3,7 +3,7 @@ text -> image (Parti's shape, `model=parti`), image -> text (`model=captioner`) 
 both (CM3Leon's idea, `model=cm3leon`), all the encoder-decoder of model=seq2seq over one
 vocabulary of caption words and codes of 4 x 4 patches (k-means, 512 codes, train split only).
 
-    python bench/generation_multimodal.py [--judge-steps 800] [--steps 3000] [--out DIR]
+    python bench/generation_multimodal.py [--judge-steps 800] [--steps 1200] [--out DIR]
                                           [--json FILE] [KEY=VALUE ...]
 
 1. The judge: the small CNN (`model=cnn data=mnist`) trained on the same split (MNIST's t10k
@@ -77,7 +77,7 @@ def real_references(judge: Path, processed: Path, codebook: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--judge-steps", type=int, default=800, help="training steps of the CNN")
-    p.add_argument("--steps", type=int, default=3000, help="training steps of each generator")
+    p.add_argument("--steps", type=int, default=1200, help="training steps of each generator")
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/generation_multimodal")
     p.add_argument("--json", type=Path, help="write the summary here as well")

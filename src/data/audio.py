@@ -102,6 +102,21 @@ def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
     return db.astype(np.float32)
 
 
+def mel_to_audio(db: np.ndarray, s: dict, n_iter: int = 32) -> np.ndarray:
+    """A log-mel spectrogram (n_mels, frames) in dB below its peak, as log_mel makes it without
+    `cmn`, back to samples at s["sample_rate"]: the mel filter bank inverted (librosa's
+    non-negative least squares) and the phase estimated by Griffin-Lim, peak-normalised to 0.9.
+    The way back from generated speech tokens (their centroids' frames) to a WAV."""
+    import librosa
+
+    power = librosa.db_to_power(db)  # the recording's peak at 1
+    y = librosa.feature.inverse.mel_to_audio(
+        power, sr=s["sample_rate"], n_fft=s["n_fft"], hop_length=s["hop_length"],
+        win_length=s["win_length"], fmin=s["f_min"], fmax=s["f_max"], n_iter=n_iter,
+    )  # fmt: skip
+    return (0.9 * y / max(float(np.abs(y).max()), 1e-8)).astype(np.float32)
+
+
 def label_of(path: Path, root: Path, pattern: re.Pattern | None) -> tuple[str, str, int]:
     """(label, speaker, take) of a file: from its name through `pattern`, or its folder's name."""
     if pattern is None:

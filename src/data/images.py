@@ -442,8 +442,9 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
                 x, y = x[keep], y[keep]
             if hp.captions:
                 if split == "train":
-                    self.terciles = ink_terciles(x, y, len(meta["classes"]))
-                texts = [caption(c, a, self.terciles) for c, a in zip(y, ink(x), strict=True)]
+                    self.terciles = ink_terciles(x / 255.0, y, len(meta["classes"]))
+                amounts = ink(x / 255.0)
+                texts = [caption(c, a, self.terciles) for c, a in zip(y, amounts, strict=True)]
                 codes = quantize(x, self.codebook.numpy(), hp.patch)
                 self.splits[split] = CaptionPairs(codes, texts, self.vocab, hp.captions)
                 self.collate = collate_pairs

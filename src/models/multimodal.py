@@ -122,14 +122,12 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
     def _caption_scores(self, split: str, limit: int | None = None) -> dict[str, float]:
         pairs = self.trainer.datamodule.splits[split]
         n = min(len(pairs.captions), limit or len(pairs.captions))
-        said = self.caption_images(pairs.codes[:n])
-        truth = pairs.captions[:n]
-        pairs = list(zip(said, truth, strict=True))
-        return {"caption_digit_acc": float(np.mean([s.split()[-1:] == t.split()[-1:]
-                                                    for s, t in pairs])),
-                "caption_exact": float(np.mean([s == t for s, t in pairs]))}  # fmt: skip
+        rows = list(zip(self.caption_images(pairs.codes[:n]), pairs.captions[:n], strict=True))
+        digit = [said.split()[-1:] == truth.split()[-1:] for said, truth in rows]
+        exact = [said == truth for said, truth in rows]
+        return {"caption_digit_acc": float(np.mean(digit)), "caption_exact": float(np.mean(exact))}
 
-    def _image_scores(self) -> tuple[dict[str, float], Tensor, np.ndarray]:
+    def _image_scores(self) -> tuple[dict[str, float], Tensor]:
         k = self.hparams.samples_per_prompt
         texts, digits = prompts(k)
         g = torch.Generator(self.device).manual_seed(0)
@@ -141,13 +139,13 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
         scores = {"image_distinct": len({tuple(c.tolist()) for c in codes}) / len(codes)}
         per_prompt = images.view(len(DIGITS) * len(STROKES), k, *images.shape[1:])
         scores["image_spread"] = float(np.mean([mean_pairwise_distance(p) for p in per_prompt]))
-        amount = torch.from_numpy(ink(images.numpy())).view(len(DIGITS), len(STROKES), k)
+        amount = ink(images.numpy()).reshape(len(DIGITS), len(STROKES), k)
         thicker = amount[:, 0, :, None] > amount[:, 1, None, :]  # thick against thin, same digit
-        scores["stroke_auc"] = float(thicker.float().mean())
+        scores["stroke_auc"] = float(thicker.mean())
         if self.judge_net is not None:
             said = self.judge(images).numpy()
             scores["image_digit_acc"] = float((said == digits).mean())
-        return scores, images, digits
+        return scores, images
 
     def _log_scores(self, stage: str, scores: dict[str, float]) -> None:
         for name, value in scores.items():
@@ -167,19 +165,20 @@ class ImageTextSeq2Seq(Seq2SeqLitModule):
         if to_text:
             self._log_scores("test", self._caption_scores("test"))
         if to_image:
-            scores, images, _ = self._image_scores()
+            scores, images = self._image_scores()
             self._log_scores("test", scores)
             self._plot(images)
         self.train(was_training)
 
     def _plot(self, images: Tensor) -> None:
-        """Rows: the digits; columns: `shown` samples each of "a thick d", "a thin d", "a d"."""
+        """Rows: the digits; columns: `shown` samples each of "a thick d", then "a thin d", then
+        "a d"."""
         if not self.trainer.is_global_zero:
             return
         k, shown = self.hparams.samples_per_prompt, min(3, self.hparams.samples_per_prompt)
         grid = images.view(len(DIGITS), len(STROKES), k, *images.shape[1:])[:, :, :shown]
         rows = list(grid.flatten(1, 2))  # (10) x (3 shown, C, H, W)
-        names = [f"{d}: thick | thin | plain" for d in DIGITS]
+        names = list(DIGITS)
         path = Path(self.trainer.default_root_dir) / "samples.png"
         plot_image_rows(rows, names, path)
         log_image(self.trainer, "test/samples", path)
