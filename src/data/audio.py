@@ -31,10 +31,16 @@ never seen in training, and val is a stratified share of the other speakers' fil
 (B, 1, n_mels, frames) normalised with the mean and std of the train split's spectrograms;
 training spectrograms get SpecAugment's masks: one band of up to `freq_mask` mel bands and one of
 up to `time_mask` frames set to the mean.
+
+With `codes=K` (set by model=tts) the recordings are speech tokens instead (src.data.speech):
+their frames, `stack` at a time, quantised by a k-means codebook fitted on the train split's
+frames (cached per split as `codebook{K}-s{stack}-<split key>.npy`), each recording's codes laid
+out after its word and a prompt by the same speaker, batched as (x, y) next-token pairs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -45,8 +51,16 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import Dataset
 
+from src.data import vq
 from src.data.images import stratified_split
 from src.data.sources import data_root
+from src.data.speech import (
+    CODE_OFFSET,
+    SpeechPrompts,
+    collate_sequences,
+    frame_vectors,
+    spoken_word,
+)
 from src.data.text import SPLITS, SplitLoaders
 from src.utils.errors import PipelineError
 from src.utils.files import atomic_dir
@@ -212,6 +226,8 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         time_mask: int = 0,
         freq_warp: float = 0.0,
         time_warp: float = 0.0,
+        codes: int | None = None,
+        stack: int = 2,
         batch_size: int = 64,
         num_workers: int = 0,
         seed: int = 0,
@@ -336,6 +352,9 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     @property
     def model_kwargs(self) -> dict:
         image_size, classes = self.meta["image_size"], self.meta["classes"]
+        if self.hparams.codes:  # the longest sequence: a 5-letter word, prompt and target
+            steps = image_size[1] // self.hparams.stack
+            return {"vocab_size": CODE_OFFSET + self.hparams.codes, "block_size": 2 * steps + 8}
         return {"image_size": image_size, "channels": 1, "num_classes": len(classes)}
 
     def trivial_targets(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -343,11 +362,52 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         y, rows = torch.from_numpy(self.manifest()[0]), self.split_rows()
         return y[rows["train"]], y[rows[split]]
 
+    # -- speech tokens (data.codes=K, set by model=tts)
+    def _codebook_file(self) -> Path:
+        hp = self.hparams
+        split = {k: hp[k] for k in ("split", "test_speakers", "fold", "splits", "split_seed")}
+        key = hashlib.sha1(json.dumps(split, sort_keys=True).encode()).hexdigest()[:8]
+        return self.processed_dir / f"codebook{hp.codes}-s{hp.stack}-{key}.npy"
+
+    def codebook(self, train_vectors: np.ndarray | None = None) -> np.ndarray:
+        """(K, n_mels stack) centroids of the training split's frame vectors, fitted once per
+        split and cached beside the features."""
+        path = self._codebook_file()
+        if not path.exists():
+            flat = train_vectors.reshape(-1, train_vectors.shape[-1])
+            book = vq.fit_codebook(flat, self.hparams.codes, self.hparams.split_seed)
+            np.save(path.with_suffix(".tmp.npy"), book)
+            path.with_suffix(".tmp.npy").replace(path)  # whole or absent
+        return np.load(path)
+
+    def _setup_speech(self, x: np.ndarray, rows: dict[str, np.ndarray]) -> None:
+        hp = self.hparams
+        labels, speakers, _ = self.manifest()
+        vectors = frame_vectors(x, hp.stack)  # (N, T / stack, n_mels stack)
+        codes = vq.encode(vectors, self.codebook(vectors[rows["train"]]))  # (N, T / stack)
+        words = [spoken_word(self.classes[i]) for i in labels]
+        for split, r in rows.items():
+            self.splits[split] = SpeechPrompts(codes[r], [words[i] for i in r], speakers[r],
+                                               train=split == "train", seed=hp.seed)  # fmt: skip
+        self.collate = collate_sequences
+
+    def state_dict(self) -> dict:
+        """With speech tokens: what turns a checkpoint's codes back into audio."""
+        if not self.hparams.codes:
+            return {}
+        keys = ("sample_rate", "n_mels", "n_fft", "win_length", "hop_length", "f_min", "f_max",
+                "stack")  # fmt: skip
+        return {"codebook": np.load(self._codebook_file()).tolist(),
+                **{k: self.hparams[k] for k in keys}}  # fmt: skip
+
     # -- loading
     def setup(self, stage: str | None = None) -> None:
         hp = self.hparams
         x = np.load(self.processed_dir / "features.npy", mmap_mode="r")
         y, rows = self.manifest()[0], self.split_rows()
+        if hp.codes:
+            self._setup_speech(x, rows)
+            return
         train_x = np.asarray(x[rows["train"]])
         mean, std = float(train_x.mean()), float(train_x.std()) + 1e-6
         for split in SPLITS:
