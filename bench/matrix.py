@@ -142,6 +142,7 @@ PAIRS = [
     ),
     *(Pair(m, "mnist", "test/loss", [], 300) for m in ("parti", "captioner", "cm3leon")),
     *(Pair(m, "fsdd", "test/acc", [], 300) for m in ("ast", "cnn")),
+    Pair("tts", "fsdd", "test/loss", [], 300),
     *(
         Pair(m, "audio", "test/acc", ["data.root={user}/sounds"], 300, f"{m}/your-audio")
         for m in ("ast", "cnn")
@@ -244,8 +245,9 @@ def baseline(pair: Pair, metrics: dict, run_dir: Path) -> float | None:
         from omegaconf import OmegaConf  # true context word and each of the S noise words
 
         return (1 + OmegaConf.load(run_dir / "config.yaml").model.net.negative) * math.log(2)
-    streams = {"imagegpt": code_streams, "parti": pair_targets, "captioner": pair_targets,
-               "cm3leon": pair_targets}.get(pair.model, token_streams)  # fmt: skip
+    targets = ("parti", "captioner", "cm3leon", "tts")  # sequence-to-target models
+    streams = code_streams if pair.model == "imagegpt" else (
+        pair_targets if pair.model in targets else token_streams)  # fmt: skip
     train, test = streams(run_dir)  # language models: the unigram distribution
     counts = np.bincount(train, minlength=int(max(train.max(), test.max())) + 1) + 1.0
     return float(-np.log(counts[test] / counts.sum()).mean())
@@ -276,15 +278,21 @@ def code_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pair_targets(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The text <-> image models' tokens: every train and test target, its EOS included."""
+    """The tokens the text <-> image and speech models predict: every train and test target,
+    its EOS included (a speech sequence's labels that are not IGNORE)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from src.data.translation import EOS_ID
+    from src.data.translation import EOS_ID, IGNORE
 
     data = instantiate(OmegaConf.load(run_dir / "config.yaml").data)
     data.setup()
-    return tuple(np.concatenate([np.append(tgt, EOS_ID) for _, tgt in data.splits[s]])
+
+    def predicted(tgt) -> np.ndarray:
+        tgt = np.asarray(tgt)
+        return tgt[tgt != IGNORE] if (tgt == IGNORE).any() else np.append(tgt, EOS_ID)
+
+    return tuple(np.concatenate([predicted(tgt) for _, tgt in data.splits[s]])
                  for s in ("train", "test"))  # fmt: skip
 
 

@@ -366,7 +366,7 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     def _codebook_file(self) -> Path:
         hp = self.hparams
         split = {k: hp[k] for k in ("split", "test_speakers", "fold", "splits", "split_seed")}
-        key = hashlib.sha1(json.dumps(split, sort_keys=True).encode()).hexdigest()[:8]
+        key = hashlib.sha1(json.dumps(split, sort_keys=True, default=list).encode()).hexdigest()[:8]
         return self.processed_dir / f"codebook{hp.codes}-s{hp.stack}-{key}.npy"
 
     def codebook(self, train_vectors: np.ndarray | None = None) -> np.ndarray:
