@@ -124,10 +124,12 @@ def mel_to_audio(db: np.ndarray, s: dict, n_iter: int = 32) -> np.ndarray:
     import librosa
 
     power = librosa.db_to_power(db)  # the recording's peak at 1
-    y = librosa.feature.inverse.mel_to_audio(
-        power, sr=s["sample_rate"], n_fft=s["n_fft"], hop_length=s["hop_length"],
-        win_length=s["win_length"], fmin=s["f_min"], fmax=s["f_max"], n_iter=n_iter,
+    stft = librosa.feature.inverse.mel_to_stft(
+        power, sr=s["sample_rate"], n_fft=s["n_fft"], fmin=s["f_min"], fmax=s["f_max"]
     )  # fmt: skip
+    # A fixed seed for Griffin-Lim's random first phase: the same tokens always give the same WAV.
+    y = librosa.griffinlim(stft, n_iter=n_iter, hop_length=s["hop_length"],
+                           win_length=s["win_length"], n_fft=s["n_fft"], random_state=0)  # fmt: skip
     return (0.9 * y / max(float(np.abs(y).max()), 1e-8)).astype(np.float32)
 
 
