@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from statistics import fmean
 
-from src.utils.summary import emit_summary
+from src.utils.summary import emit_summary, train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEAKERS = ("george", "jackson", "nicolas", "theo", "yweweler")  # sorted: fold K holds out the K-th
@@ -69,16 +69,9 @@ def run_name(split: list[str]) -> str:
 
 
 def train(model: str, split: list[str], steps: int, run_dir: Path, overrides: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "src.train", f"model={model}", "data=fsdd", *split, *RECIPE[model],
-           f"trainer.max_steps={steps}", "trainer.max_epochs=-1", "logger=csv",
-           "callbacks.progress_bar.refresh_rate=0", *overrides,
-           f"hydra.run.dir={run_dir}"]  # fmt: skip
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"error: {run_dir.name} did not train: {proc.stderr.strip().splitlines()[-1]}")
-    seconds = time.perf_counter() - t0
-    m = json.loads((run_dir / "metrics.json").read_text())
+    m, seconds = train_run([f"model={model}", "data=fsdd", *split, *RECIPE[model],
+                            f"trainer.max_steps={steps}", "trainer.max_epochs=-1", *overrides],
+                           run_dir)  # fmt: skip
     return {"acc": m["test/acc"], "f1": m["test/f1"], "parameters": int(m["params/total"]),
             "seconds": round(seconds, 1), "epoch_seconds": epoch_seconds(run_dir)}  # fmt: skip
 

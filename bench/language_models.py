@@ -37,9 +37,6 @@ import json
 import math
 import re
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import torch
@@ -50,7 +47,7 @@ from omegaconf import OmegaConf
 from src.data.text import TokenWindows, load_tokenizer
 from src.nn.rnn import gradient_norms
 from src.utils.checkpoint import load_checkpoint
-from src.utils.summary import emit_summary
+from src.utils.summary import emit_summary, train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOGPT_VAL = 1.898  # nanoGPT's baby GPT, 2000 iterations, whole val split (measured here)
@@ -75,15 +72,8 @@ def models() -> dict[str, list[str]]:
 
 def train(overrides: list[str], run_dir: Path) -> dict:
     """One `python -m src.train` run; its val loss, size and speed."""
-    cmd = [sys.executable, "-m", "src.train", *overrides, "logger=csv",
-           "callbacks.progress_bar.refresh_rate=0", f"hydra.run.dir={run_dir}"]  # fmt: skip
-    print("$", " ".join(cmd[1:]), flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"error: {run_dir.name} failed: {proc.stderr.strip().splitlines()[-1]}")
-    wall = time.perf_counter() - t0
-    m = json.loads((run_dir / "metrics.json").read_text())
+    print("$ src.train", " ".join(overrides), flush=True)
+    m, wall = train_run(overrides, run_dir)
     cfg = OmegaConf.load(run_dir / "config.yaml")
     steps = cfg.trainer.max_steps
     row = {"val_loss": m["val/loss"], "parameters": int(m["params/total"]), "wall_s": wall}

@@ -21,12 +21,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from src.utils.summary import emit_summary
+from src.utils.summary import emit_summary, train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -42,15 +40,10 @@ REFERENCE = {"target_bleu_transformer_beam": 30.0, "multi30k_gru": 20.6,
 
 def train(name: str, steps: int, out: Path, overrides: list[str]) -> tuple[Path, float]:
     run_dir = out / name
-    cmd = [sys.executable, "-m", "src.train", *MODELS[name], "data=translation",
-           "data.dataset=eng-nld", f"trainer.max_steps={steps}", "trainer.max_epochs=-1",
-           "logger=csv", "callbacks.progress_bar.refresh_rate=0", *overrides,
-           f"hydra.run.dir={run_dir}"]  # fmt: skip
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"error: {name} did not train: {proc.stderr.strip().splitlines()[-1]}")
-    return run_dir, time.perf_counter() - t0
+    _, seconds = train_run([*MODELS[name], "data=translation", "data.dataset=eng-nld",
+                            f"trainer.max_steps={steps}", "trainer.max_epochs=-1", *overrides],
+                           run_dir)  # fmt: skip
+    return run_dir, seconds
 
 
 def bucket(source: str) -> str:

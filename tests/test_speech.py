@@ -75,10 +75,23 @@ def test_tts_trains_through_the_entry_point_and_says_test_words_as_wavs(fsdd, tm
 
     import soundfile as sf
 
+    from src.models.speech import Listener
     from tests.conftest import assert_ok, run_module
+
+    # a voice judge: the AST on the speakers (data.target=speaker), all three in training
+    voices = tmp_path / "voices"
+    proc = run_module("src.train", "model=ast", "data=fsdd", f"data.root={fsdd}",
+                      "data.target=speaker", "model.net.n_layer=1", "model.net.d_model=32",
+                      "trainer.max_steps=10", "logger=csv", "callbacks.progress_bar.refresh_rate=0",
+                      f"paths.data_dir={tmp_path / 'd'}", f"hydra.run.dir={voices}")  # fmt: skip
+    assert_ok(proc)
+    judge = next((voices / "checkpoints").glob("best-*.ckpt"))
+    heard = Listener(str(judge))([sf.read(fsdd / "3_theo_0.wav", dtype="float32")[0]])
+    assert heard[0] in ("george", "jackson", "theo")  # heard through its own mel settings
 
     run = tmp_path / "run"
     proc = run_module("src.train", "experiment=tts_fsdd", f"data.root={fsdd}", "data.fold=2",
+                      f"model.voice_judge={judge}", "model.judged=8",
                       "model.codes=16", "model.net.n_layer=1", "model.net.d_model=32",
                       "model.samples=2", "model.optim.warmup_steps=10", "trainer.max_steps=40",
                       "data.batch_size=16", "logger=csv", "callbacks.progress_bar.refresh_rate=0",
@@ -88,7 +101,12 @@ def test_tts_trains_through_the_entry_point_and_says_test_words_as_wavs(fsdd, tm
     head = rows[0].index("train/loss")
     losses = [float(r[head]) for r in rows[1:] if r[head]]
     assert losses[-1] < losses[0]
-    assert json.loads((run / "metrics.json").read_text())["test/loss"] > 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["test/loss"] > 0
+    for kind in ("speech", "rebuilt", "real"):  # theo's first 8 words, said, rebuilt, as recorded
+        assert 0 <= metrics[f"test/{kind}_voice_acc"] <= 1
+    assert 0 <= metrics["test/seen_speech_voice_acc"] <= 1  # val: the speakers trained on
+    assert "test/speech_digit_acc" not in metrics  # no digit judge given
     wavs = sorted((run / "samples").glob("*.wav"))
     assert len(wavs) == 2
     y, rate = sf.read(wavs[0])

@@ -27,7 +27,8 @@ Splits (at set-up, from the manifest, so that changing them does not recompute s
 `split=random` stratified by label (`splits`, seeded); `split=speaker` holds out
 `test_speakers` (or, with `fold=K`, the K-th speaker in sorted order: leave-one-speaker-out),
 never seen in training, and val is a stratified share of the other speakers' files;
-`split=official` is FSDD's: takes 0-4 of every speaker are test. Batches are (x, y), x
+`split=official` is FSDD's: takes 0-4 of every speaker are test. Batches are (x, y), y the label
+or, with `target=speaker`, the speaker (a voice classifier, split at random or officially), x
 (B, 1, n_mels, frames) normalised with the mean and std of the train split's spectrograms;
 training spectrograms get SpecAugment's masks: one band of up to `freq_mask` mel bands and one of
 up to `time_mask` frames set to the mean.
@@ -69,6 +70,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = 2  # bump when the processed layout changes
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg"}
+MEL_KEYS = ("sample_rate", "duration", "fit", "n_mels", "n_fft", "win_length", "hop_length",
+            "f_min", "f_max", "top_db", "cmn")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the mel stage
@@ -127,9 +130,10 @@ def mel_to_audio(db: np.ndarray, s: dict, n_iter: int = 32) -> np.ndarray:
     stft = librosa.feature.inverse.mel_to_stft(
         power, sr=s["sample_rate"], n_fft=s["n_fft"], fmin=s["f_min"], fmax=s["f_max"]
     )  # fmt: skip
-    # A fixed seed for Griffin-Lim's random first phase: the same tokens always give the same WAV.
+    # Griffin-Lim's first phase is random: seeded, the same tokens always give the same WAV
     y = librosa.griffinlim(stft, n_iter=n_iter, hop_length=s["hop_length"],
-                           win_length=s["win_length"], n_fft=s["n_fft"], random_state=0)  # fmt: skip
+                           win_length=s["win_length"], n_fft=s["n_fft"],
+                           random_state=0)  # fmt: skip
     return (0.9 * y / max(float(np.abs(y).max()), 1e-8)).astype(np.float32)
 
 
@@ -219,6 +223,7 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         top_db: float = 80.0,
         cmn: bool = False,
         skip_bad: bool = False,
+        target: str = "label",
         split: str = "random",
         test_speakers: list[str] | None = None,
         fold: int | None = None,
@@ -239,6 +244,13 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
             raise PipelineError(f"data.fit={fit!r}: choose pad or stretch")
         if split not in ("random", "speaker", "official"):
             raise PipelineError(f"data.split={split!r}: choose random, speaker or official")
+        if target not in ("label", "speaker"):
+            raise PipelineError(f"data.target={target!r}: choose label or speaker")
+        if target == "speaker" and (split == "speaker" or codes):
+            raise PipelineError(
+                "data.target=speaker classifies voices: it needs the speakers "
+                "in training (data.split=random or official), no data.codes"
+            )
         if split == "speaker" and not test_speakers and fold is None:
             raise PipelineError("data.split=speaker needs data.test_speakers=[...] or data.fold=K")
         if root is None and dataset is None:
@@ -257,13 +269,15 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         self.splits: dict[str, Dataset] = {}
 
     # -- preparation
+    def mel_settings(self) -> dict:
+        """What log_mel needs to make this data's spectrograms from any recording."""
+        return {k: self.hparams[k] for k in MEL_KEYS}
+
     def _settings(self) -> dict:
         hp = self.hparams
-        keys = ("dataset", "pattern", "sample_rate", "duration", "fit", "n_mels", "n_fft",
-                "win_length", "hop_length", "f_min", "f_max", "top_db", "cmn",
-                "skip_bad")  # fmt: skip
         root = str(Path(hp.root).expanduser().resolve()) if hp.root else None
-        return {"format": FORMAT, "root": root, **{k: hp[k] for k in keys}}
+        return {"format": FORMAT, "root": root, "dataset": hp.dataset, "pattern": hp.pattern,
+                "skip_bad": hp.skip_bad, **self.mel_settings()}  # fmt: skip
 
     def prepare_data(self) -> None:
         settings = self._settings()
@@ -313,14 +327,26 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
 
     @property
     def classes(self) -> list[str]:
+        """The names of the targets: labels, or speakers with data.target=speaker."""
+        if self.hparams.target == "speaker":
+            speakers = sorted({r[2] for r in self._rows()})
+            if speakers == [""]:
+                raise PipelineError("data.target=speaker: no speakers in the file names "
+                                    "(data.pattern needs a (?P<speaker>...) group)")  # fmt: skip
+            return speakers
         return self.meta["classes"]
 
-    def manifest(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(label index, speaker, take) of every row of the features."""
+    def _rows(self) -> list[tuple[str, ...]]:
+        """The manifest's rows: (file, label, speaker, take)."""
         lines = (self.processed_dir / "manifest.tsv").read_text().splitlines()[1:]
-        rows = [line.split("\t") for line in lines]
+        return [tuple(line.split("\t")) for line in lines]
+
+    def manifest(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(target index, speaker, take) of every row of the features."""
+        rows = self._rows()
         index = {c: i for i, c in enumerate(self.classes)}
-        return (np.array([index[r[1]] for r in rows]), np.array([r[2] for r in rows]),
+        column = 2 if self.hparams.target == "speaker" else 1
+        return (np.array([index[r[column]] for r in rows]), np.array([r[2] for r in rows]),
                 np.array([int(r[3]) for r in rows]))  # fmt: skip
 
     def split_rows(self) -> dict[str, np.ndarray]:
@@ -353,7 +379,7 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
 
     @property
     def model_kwargs(self) -> dict:
-        image_size, classes = self.meta["image_size"], self.meta["classes"]
+        image_size, classes = self.meta["image_size"], self.classes
         if self.hparams.codes:  # the longest sequence: a 5-letter word, prompt and target
             steps = image_size[1] // self.hparams.stack
             return {"vocab_size": CODE_OFFSET + self.hparams.codes, "block_size": 2 * steps + 8}
@@ -394,13 +420,21 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         self.collate = collate_sequences
 
     def state_dict(self) -> dict:
-        """With speech tokens: what turns a checkpoint's codes back into audio."""
-        if not self.hparams.codes:
-            return {}
-        keys = ("sample_rate", "n_mels", "n_fft", "win_length", "hop_length", "f_min", "f_max",
-                "stack")  # fmt: skip
-        return {"codebook": np.load(self._codebook_file()).tolist(),
-                **{k: self.hparams[k] for k in keys}}  # fmt: skip
+        """What a checkpoint needs to hear new recordings as this data did: the mel settings and
+        the train split's mean and std with the class names (a classifier; see
+        src.models.speech.Listener), or the codebook that turns codes back into audio."""
+        if self.hparams.codes:
+            return {**self.mel_settings(), "stack": self.hparams.stack,
+                    "codebook": np.load(self._codebook_file()).tolist()}  # fmt: skip
+        return {**self.mel_settings(), "mean": self.mean, "std": self.std, "classes": self.classes}
+
+    def recordings(self, split: str, n: int | None = None) -> list[np.ndarray]:
+        """The samples of a split's (first n) recordings, as read for the spectrograms."""
+        hp = self.hparams
+        root = data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
+        rows = self._rows()
+        files = [rows[i][0] for i in self.split_rows()[split][:n]]
+        return [load_audio(root / f, hp.sample_rate) for f in files]
 
     # -- loading
     def setup(self, stage: str | None = None) -> None:
@@ -411,11 +445,11 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
             self._setup_speech(x, rows)
             return
         train_x = np.asarray(x[rows["train"]])
-        mean, std = float(train_x.mean()), float(train_x.std()) + 1e-6
+        self.mean, self.std = float(train_x.mean()), float(train_x.std()) + 1e-6
         for split in SPLITS:
             train = split == "train"
             self.splits[split] = Spectrograms(
-                x[rows[split]], y[rows[split]], mean, std, seed=hp.seed,
+                x[rows[split]], y[rows[split]], self.mean, self.std, seed=hp.seed,
                 masks=(hp.freq_mask, hp.time_mask) if train else (0, 0),
                 warps=(hp.freq_warp, hp.time_warp) if train else (0.0, 0.0),
             )  # fmt: skip

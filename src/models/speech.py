@@ -7,11 +7,16 @@ and Griffin-Lim (src.data.audio.mel_to_audio).
 
     python -m src.train experiment=tts_fsdd
 
-At the end of testing, the first `samples` test recordings are said again from their word and
-their fixed prompt: `samples/<n>_<word>.wav` and `speech.png` (rows: the prompts, the generated
-and the real log-mels, through the codebook; columns: the recordings) in the run folder, the
-picture logged. bench/generation_multimodal.py
-scores intelligibility and voice with the project's classifiers.
+At the end of testing, every test recording (at most `judged`) is said again from its word and
+its fixed prompt (another recording by its speaker) and, with `judge` (a digit classifier's
+checkpoint, model=ast | cnn on the same kind of audio) and `voice_judge` (one trained with
+data.target=speaker), heard as audio: test/speech_digit_acc (the word recognised) and
+test/speech_voice_acc (the prompt's speaker recognised), beside the same judges on the real
+recordings (test/real_*) and on them rebuilt from their own codes (test/rebuilt_*: the ceiling
+of anything said in codes); and the same for the val split's recordings (test/seen_speech_*),
+whose speakers TTS was trained on. The first `samples` become `samples/<n>_<word>.wav`, and
+`speech.png` (rows: the prompts, the generated and the real log-mels through the codebook;
+columns: the recordings), logged.
 """
 
 from __future__ import annotations
@@ -21,11 +26,34 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from src.data.speech import CODE_OFFSET, sequence, vector_frames
+from src.data.audio import log_mel, mel_to_audio
+from src.data.speech import CODE_OFFSET, sequence, spoken_word, vector_frames
 from src.models.gpt import GPTLitModule
 from src.utils.callbacks import log_image, plot_image_rows
+from src.utils.errors import PipelineError
+
+
+class Listener:
+    """An audio classifier's checkpoint (model=ast | cnn on data=audio | fsdd) as a judge of
+    recordings, each heard through the checkpoint's own mel settings and normalisation."""
+
+    def __init__(self, path: str):
+        from src.models.image import load_classifier
+        from src.utils.checkpoint import load_checkpoint
+
+        self.net = load_classifier(path)
+        self.state = load_checkpoint(path).get("AudioDataModule", {})
+        if "mean" not in self.state:
+            raise PipelineError(f"{path}: not an audio classifier (model=ast | cnn, data=audio)")
+
+    @torch.no_grad()
+    def __call__(self, waves: list[np.ndarray]) -> list[str]:
+        """Recordings at the checkpoint's sample rate -> the class names it hears."""
+        s = self.state
+        x = (torch.from_numpy(np.stack([log_mel(w, s) for w in waves])) - s["mean"]) / s["std"]
+        logits = torch.cat([self.net(b[:, None]) for b in x.split(256)])  # (N, classes)
+        return [s["classes"][i] for i in logits.argmax(-1).tolist()]
 
 
 class SpeechGPT(GPTLitModule):
@@ -33,7 +61,8 @@ class SpeechGPT(GPTLitModule):
 
     def __init__(self, net: dict, optim: dict, vocab_size: int, block_size: int, codes: int,
                  stack: int = 2, generation: dict | None = None, compile: bool = False,
-                 embedding: dict | None = None, samples: int = 6):  # fmt: skip
+                 embedding: dict | None = None, samples: int = 6, judge: str | None = None,
+                 voice_judge: str | None = None, judged: int = 500):  # fmt: skip
         super().__init__({**net, "block_size": block_size}, optim, vocab_size, generation,
                          compile, embedding)  # fmt: skip
         # a target is codes and nothing else: the letters, separators and EOS never sampled
@@ -58,38 +87,75 @@ class SpeechGPT(GPTLitModule):
 
     def on_test_epoch_end(self) -> None:
         super().on_test_epoch_end()
-        if self.trainer.is_global_zero and self.hparams.samples:
-            self._say_samples()
+        if self.trainer.is_global_zero:
+            self._say_test_words()
 
-    def _say_samples(self) -> None:
-        import soundfile as sf
-
-        from src.data.audio import mel_to_audio
-
-        data, n = self.trainer.datamodule, self.hparams.samples
-        test = data.splits["test"]
-        n = min(n, len(test))
-        prompts = np.stack([test.codes[test.fixed[i]] for i in range(n)])
+    def _say(self, split: str, n: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """The first n recordings of a split said again from their word and fixed prompt:
+        (prompt codes, generated codes, generated audio)."""
+        data = self.trainer.datamodule
+        rows = data.splits[split]
+        prompts = np.stack([rows.codes[rows.fixed[i]] for i in range(n)])
         was_training = self.training
         self.eval()
         g = torch.Generator(self.device).manual_seed(0)
-        said = self.speak(test.words[:n], prompts, test.codes.shape[1], g)
+        said = self.speak(rows.words[:n], prompts, rows.codes.shape[1], g)
         self.train(was_training)
+        return prompts, said, [mel_to_audio(m, data.mel_settings()) for m in self.frames(said)]
+
+    def frames(self, codes: np.ndarray) -> np.ndarray:
+        """Codes (B, T') -> log-mels (B, n_mels, T): the codebook's frames."""
+        data = self.trainer.datamodule
         book = torch.from_numpy(data.codebook())
-        n_mels = data.hparams.n_mels
+        return vector_frames(book[torch.from_numpy(codes)], data.hparams.n_mels).numpy()
 
-        def frames(codes: np.ndarray) -> Tensor:  # (B, T') -> log-mels (B, n_mels, T)
-            return vector_frames(book[torch.from_numpy(codes)], n_mels)
+    def _judge(self, listeners: dict, split: str, waves: list[np.ndarray], prefix: str) -> None:
+        """Logs how often each listener hears the right word / speaker in the generated audio,
+        and, for the held-out split, in the real recordings and in them rebuilt from codes."""
+        data, n = self.trainer.datamodule, len(waves)
+        rows = data.splits[split]
+        heard = {"speech": waves}
+        if split == "test":
+            settings = data.mel_settings()
+            heard["rebuilt"] = [mel_to_audio(m, settings) for m in self.frames(rows.codes[:n])]
+            heard["real"] = data.recordings(split, n)
+        truth = {"digit": rows.words[:n], "voice": list(rows.speakers[:n])}
+        for name, listener in listeners.items():
+            for kind, w in heard.items():
+                said = listener(w)
+                if name == "digit":  # class labels ("7") as the words said ("seven")
+                    said = [spoken_word(c) for c in said]
+                acc = np.mean([a == b for a, b in zip(said, truth[name], strict=True)])
+                self.log(f"{prefix}{kind}_{name}_acc", float(acc))
 
+    def _say_test_words(self) -> None:
+        import soundfile as sf
+
+        hp, data = self.hparams, self.trainer.datamodule
+        # read at test time only: the judges are not trained, nor saved with this model
+        listeners = {k: Listener(p) for k, p in (("digit", hp.judge), ("voice", hp.voice_judge))
+                     if p}  # fmt: skip
+        test = data.splits["test"]
+        n = min(len(test), hp.judged if listeners else hp.samples)
+        if not n:
+            return
+        prompts, said, waves = self._say("test", n)
+        if listeners:
+            self._judge(listeners, "test", waves, "test/")
+            # the speakers TTS was trained on, in recordings it was not: does the prompt lead?
+            seen = min(len(data.splits["val"]), hp.judged)
+            self._judge(listeners, "val", self._say("val", seen)[2], "test/seen_")
+        k = min(n, hp.samples)
+        if not k:
+            return
         run = Path(self.trainer.default_root_dir)
         (run / "samples").mkdir(exist_ok=True)
-        settings = dict(data.hparams)
-        for i, mel in enumerate(frames(said)):
-            wav = mel_to_audio(mel.numpy(), settings)
-            sf.write(run / "samples" / f"{i}_{test.words[i]}.wav", wav, settings["sample_rate"])
-        top = settings["top_db"]  # dB below the peak -> [0, 1], the lowest band at the bottom
-        rows = [((frames(c) + top) / top).clamp(0, 1).flip(1)[:, None]
-                for c in (prompts, said, test.codes[:n])]  # fmt: skip
+        for i in range(k):
+            sf.write(run / "samples" / f"{i}_{test.words[i]}.wav", waves[i],
+                     data.hparams.sample_rate)  # fmt: skip
+        top = data.hparams.top_db  # dB below the peak -> [0, 1], the lowest band at the bottom
+        pictures = [torch.from_numpy((self.frames(c[:k]) + top) / top).clamp(0, 1).flip(1)[:, None]
+                    for c in (prompts, said, test.codes)]  # fmt: skip
         path = run / "speech.png"
-        plot_image_rows(rows, ["prompt", "generated", "real (codes)"], path)
+        plot_image_rows(pictures, ["prompt", "generated", "real (codes)"], path)
         log_image(self.trainer, "test/speech", path)
