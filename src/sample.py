@@ -1,6 +1,7 @@
 """Generate text from a trained GPT checkpoint; samples go to stdout. A text <-> image
 checkpoint (model=parti | captioner | cm3leon) draws the prompt's images into a PNG, or captions
-an image.
+an image; a text-to-speech checkpoint (model=tts) says the prompt's word in the voice of a
+recording, into WAVs.
 
 python -m src.sample ckpt=outputs/runs/<run>/checkpoints/last.ckpt prompt="ROMEO:"
 python -m src.sample ckpt=... strategy=greedy max_new_tokens=100
@@ -8,6 +9,7 @@ python -m src.sample ckpt=... strategy=sample temperature=0.8 top_k=40 top_p=0.9
 python -m src.sample ckpt=... strategy=beam beam_width=8 length_penalty=0.7
 python -m src.sample ckpt=<parti run>/checkpoints/last.ckpt prompt="a thick seven" out=7.png
 python -m src.sample ckpt=<captioner run>/checkpoints/last.ckpt image=digit.png
+python -m src.sample ckpt=<tts run>/checkpoints/last.ckpt prompt=seven voice=me.wav out=7.wav
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def sample(cfg: DictConfig) -> list[str]:
     found = ckpt.get("model_class")
     if found == "src.models.multimodal.ImageTextSeq2Seq":
         return draw_or_caption(cfg)
+    if found == "src.models.speech.SpeechGPT":
+        return say(cfg, ckpt)
     if found not in LANGUAGE_MODELS:
         raise PipelineError(f"checkpoint {cfg.ckpt} holds a {found or 'foreign model'}, not a "
                             f"language model ({', '.join(LANGUAGE_MODELS.values())})")  # fmt: skip
@@ -110,6 +114,51 @@ def draw_or_caption(cfg: DictConfig) -> list[str]:
     out = Path(cfg.out)
     plot_image_rows([dequantize(codes, codebook, size, patch)], [cfg.prompt], out)
     return [f"{cfg.num_samples} images of {cfg.prompt!r} in {out}"]
+
+
+def say(cfg: DictConfig, ckpt: dict) -> list[str]:
+    """A text-to-speech checkpoint: the word prompt=WORD said num_samples times in the voice of
+    the recording voice=FILE (its codes are the prompt), as WAVs named after out."""
+    import dataclasses
+    from pathlib import Path
+
+    import numpy as np
+    import soundfile as sf
+    import torch
+
+    from src.data import vq
+    from src.data.audio import load_audio, log_mel, mel_to_audio
+    from src.data.speech import frame_vectors, vector_frames
+    from src.models.generation import GenerationConfig
+    from src.models.speech import SpeechGPT
+    from src.utils.checkpoint import check_same_model
+    from src.utils.errors import PipelineError
+
+    if not cfg.voice:
+        raise PipelineError(f"{cfg.ckpt} says a word in someone's voice: give prompt=WORD and "
+                            "voice=RECORDING (WAV, FLAC or OGG)")  # fmt: skip
+    state = ckpt["AudioDataModule"]  # mel settings, frames a code, the codebook
+    model = SpeechGPT(**ckpt["hyper_parameters"])
+    check_same_model(ckpt, model, cfg.ckpt)
+    model.load_state_dict(ckpt["state_dict"])
+    model.eval()
+    book = np.asarray(state["codebook"], dtype=np.float32)
+    mel = log_mel(load_audio(Path(cfg.voice), state["sample_rate"]), state)  # (n_mels, T)
+    prompt = vq.encode(frame_vectors(mel[None], state["stack"]), book)  # (1, T / stack)
+    gen = GenerationConfig.from_settings(cfg, eos_id=None)
+    model.generation = dataclasses.replace(gen, suppress_ids=model.generation.suppress_ids)
+    word = cfg.prompt.strip().lower()
+    g = torch.Generator().manual_seed(cfg.seed)
+    codes = model.speak([word] * cfg.num_samples, prompt.repeat(cfg.num_samples, 0),
+                        prompt.shape[1], g)  # fmt: skip
+    mels = vector_frames(torch.from_numpy(book)[torch.from_numpy(codes)], state["n_mels"])
+    out = Path(cfg.out).with_suffix(".wav")
+    names = (
+        [out] if len(mels) == 1 else [out.with_stem(f"{out.stem}_{i}") for i in range(len(mels))]
+    )
+    for name, m in zip(names, mels, strict=True):
+        sf.write(name, mel_to_audio(m.numpy(), state), state["sample_rate"])
+    return [f"{word!r} in the voice of {cfg.voice}: {', '.join(map(str, names))}"]
 
 
 @config_errors

@@ -76,7 +76,7 @@ def test_tts_trains_through_the_entry_point_and_says_test_words_as_wavs(fsdd, tm
     import soundfile as sf
 
     from src.models.speech import Listener
-    from tests.conftest import assert_ok, run_module
+    from tests.conftest import assert_ok, assert_one_error_line, run_module
 
     # a voice judge: the AST on the speakers (data.target=speaker), all three in training
     voices = tmp_path / "voices"
@@ -112,3 +112,16 @@ def test_tts_trains_through_the_entry_point_and_says_test_words_as_wavs(fsdd, tm
     y, rate = sf.read(wavs[0])
     assert rate == 8000 and len(y) > 4000 and abs(y).max() > 0.5  # a second of sound
     assert (run / "speech.png").stat().st_size > 5_000
+
+    # the sampling command: a word in the voice of a recording, into WAVs
+    ckpt = run / "checkpoints" / "last.ckpt"
+    voice = fsdd / "1_theo_3.wav"
+    said = run_module("src.sample", f"ckpt={ckpt}", "prompt=seven", f"voice={voice}",
+                      "num_samples=2", "top_k=20", f"out={tmp_path / 'seven.wav'}")  # fmt: skip
+    assert_ok(said)
+    for i in range(2):
+        y, rate = sf.read(tmp_path / f"seven_{i}.wav")
+        assert rate == 8000 and abs(len(y) - 8000) <= 80 and abs(y).max() > 0.5
+    assert_one_error_line(
+        run_module("src.sample", f"ckpt={ckpt}", "prompt=seven"), "voice=RECORDING"
+    )

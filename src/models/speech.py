@@ -90,16 +90,16 @@ class SpeechGPT(GPTLitModule):
         if self.trainer.is_global_zero:
             self._say_test_words()
 
-    def _say(self, split: str, n: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """The first n recordings of a split said again from their word and fixed prompt:
+    def _say(self, split: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Recordings (rows) of a split said again from their word and fixed prompt:
         (prompt codes, generated codes, generated audio)."""
         data = self.trainer.datamodule
-        rows = data.splits[split]
-        prompts = np.stack([rows.codes[rows.fixed[i]] for i in range(n)])
+        d = data.splits[split]
+        prompts = np.stack([d.codes[d.fixed[i]] for i in rows])
         was_training = self.training
         self.eval()
         g = torch.Generator(self.device).manual_seed(0)
-        said = self.speak(rows.words[:n], prompts, rows.codes.shape[1], g)
+        said = self.speak([d.words[i] for i in rows], prompts, d.codes.shape[1], g)
         self.train(was_training)
         return prompts, said, [mel_to_audio(m, data.mel_settings()) for m in self.frames(said)]
 
@@ -110,16 +110,17 @@ class SpeechGPT(GPTLitModule):
         return vector_frames(book[torch.from_numpy(codes)], data.hparams.n_mels).numpy()
 
     def _judge(self, listeners: dict, split: str, waves: list[np.ndarray], prefix: str) -> None:
-        """Logs how often each listener hears the right word / speaker in the generated audio,
-        and, for the held-out split, in the real recordings and in them rebuilt from codes."""
+        """Logs how often each listener hears the right word / speaker in the generated audio of
+        a split's first recordings, and, for the held-out split, in the real recordings and in
+        them rebuilt from codes."""
         data, n = self.trainer.datamodule, len(waves)
-        rows = data.splits[split]
+        d = data.splits[split]
         heard = {"speech": waves}
         if split == "test":
             settings = data.mel_settings()
-            heard["rebuilt"] = [mel_to_audio(m, settings) for m in self.frames(rows.codes[:n])]
+            heard["rebuilt"] = [mel_to_audio(m, settings) for m in self.frames(d.codes[:n])]
             heard["real"] = data.recordings(split, n)
-        truth = {"digit": rows.words[:n], "voice": list(rows.speakers[:n])}
+        truth = {"digit": d.words[:n], "voice": list(d.speakers[:n])}
         for name, listener in listeners.items():
             for kind, w in heard.items():
                 said = listener(w)
@@ -136,26 +137,28 @@ class SpeechGPT(GPTLitModule):
         listeners = {k: Listener(p) for k, p in (("digit", hp.judge), ("voice", hp.voice_judge))
                      if p}  # fmt: skip
         test = data.splits["test"]
-        n = min(len(test), hp.judged if listeners else hp.samples)
-        if not n:
-            return
-        prompts, said, waves = self._say("test", n)
+        n = min(len(test), hp.judged) if listeners else len(test)
+        # the samples spread over the split (files sorted by word: every word, not ten zeros)
+        picks = np.unique(np.linspace(0, n - 1, min(n, hp.samples)).astype(int))
         if listeners:
+            prompts, said, waves = self._say("test", np.arange(n))
             self._judge(listeners, "test", waves, "test/")
             # the speakers TTS was trained on, in recordings it was not: does the prompt lead?
-            seen = min(len(data.splits["val"]), hp.judged)
+            seen = np.arange(min(len(data.splits["val"]), hp.judged))
             self._judge(listeners, "val", self._say("val", seen)[2], "test/seen_")
-        k = min(n, hp.samples)
-        if not k:
+            prompts, said, waves = prompts[picks], said[picks], [waves[i] for i in picks]
+        elif len(picks):
+            prompts, said, waves = self._say("test", picks)
+        else:
             return
         run = Path(self.trainer.default_root_dir)
         (run / "samples").mkdir(exist_ok=True)
-        for i in range(k):
-            sf.write(run / "samples" / f"{i}_{test.words[i]}.wav", waves[i],
+        for i, (row, wave) in enumerate(zip(picks, waves, strict=True)):
+            sf.write(run / "samples" / f"{i}_{test.words[row]}.wav", wave,
                      data.hparams.sample_rate)  # fmt: skip
         top = data.hparams.top_db  # dB below the peak -> [0, 1], the lowest band at the bottom
-        pictures = [torch.from_numpy((self.frames(c[:k]) + top) / top).clamp(0, 1).flip(1)[:, None]
-                    for c in (prompts, said, test.codes)]  # fmt: skip
+        pictures = [torch.from_numpy((self.frames(c) + top) / top).clamp(0, 1).flip(1)[:, None]
+                    for c in (prompts, said, test.codes[picks])]  # fmt: skip
         path = run / "speech.png"
         plot_image_rows(pictures, ["prompt", "generated", "real (codes)"], path)
         log_image(self.trainer, "test/speech", path)
