@@ -127,8 +127,8 @@ def say(cfg: DictConfig, ckpt: dict) -> list[str]:
     import torch
 
     from src.data import vq
-    from src.data.audio import load_audio, log_mel, mel_to_audio
-    from src.data.speech import frame_vectors, vector_frames
+    from src.data.audio import codes_to_audio, load_audio, log_mel
+    from src.data.speech import frame_vectors
     from src.models.generation import GenerationConfig
     from src.models.speech import SpeechGPT
     from src.utils.checkpoint import check_same_model
@@ -151,13 +151,13 @@ def say(cfg: DictConfig, ckpt: dict) -> list[str]:
     g = torch.Generator().manual_seed(cfg.seed)
     codes = model.speak([word] * cfg.num_samples, prompt.repeat(cfg.num_samples, 0),
                         prompt.shape[1], g)  # fmt: skip
-    mels = vector_frames(torch.from_numpy(book)[torch.from_numpy(codes)], state["n_mels"])
+    waves = codes_to_audio(codes, book, state)
     out = Path(cfg.out).with_suffix(".wav")
     names = (
-        [out] if len(mels) == 1 else [out.with_stem(f"{out.stem}_{i}") for i in range(len(mels))]
+        [out] if len(waves) == 1 else [out.with_stem(f"{out.stem}_{i}") for i in range(len(waves))]
     )
-    for name, m in zip(names, mels, strict=True):
-        sf.write(name, mel_to_audio(m.numpy(), state), state["sample_rate"])
+    for name, wave in zip(names, waves, strict=True):
+        sf.write(name, wave, state["sample_rate"])
     return [f"{word!r} in the voice of {cfg.voice}: {', '.join(map(str, names))}"]
 
 

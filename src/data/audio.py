@@ -61,6 +61,7 @@ from src.data.speech import (
     collate_sequences,
     frame_vectors,
     spoken_word,
+    vector_frames,
 )
 from src.data.text import SPLITS, SplitLoaders
 from src.utils.errors import PipelineError
@@ -135,6 +136,12 @@ def mel_to_audio(db: np.ndarray, s: dict, n_iter: int = 32) -> np.ndarray:
                            win_length=s["win_length"], n_fft=s["n_fft"],
                            random_state=0)  # fmt: skip
     return (0.9 * y / max(float(np.abs(y).max()), 1e-8)).astype(np.float32)
+
+
+def codes_to_audio(codes: np.ndarray, codebook: np.ndarray, s: dict) -> list[np.ndarray]:
+    """Speech codes (B, T') -> B recordings: each code's centroid frames, then mel_to_audio."""
+    mels = vector_frames(torch.from_numpy(codebook)[torch.from_numpy(codes)], s["n_mels"])
+    return [mel_to_audio(m, s) for m in mels.numpy()]
 
 
 def label_of(path: Path, root: Path, pattern: re.Pattern | None) -> tuple[str, str, int]:

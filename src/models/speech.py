@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from src.data.audio import log_mel, mel_to_audio
+from src.data.audio import codes_to_audio, log_mel
 from src.data.speech import CODE_OFFSET, sequence, spoken_word, vector_frames
 from src.models.gpt import GPTLitModule
 from src.utils.callbacks import log_image, plot_image_rows
@@ -101,7 +101,7 @@ class SpeechGPT(GPTLitModule):
         g = torch.Generator(self.device).manual_seed(0)
         said = self.speak([d.words[i] for i in rows], prompts, d.codes.shape[1], g)
         self.train(was_training)
-        return prompts, said, [mel_to_audio(m, data.mel_settings()) for m in self.frames(said)]
+        return prompts, said, codes_to_audio(said, data.codebook(), data.mel_settings())
 
     def frames(self, codes: np.ndarray) -> np.ndarray:
         """Codes (B, T') -> log-mels (B, n_mels, T): the codebook's frames."""
@@ -117,8 +117,7 @@ class SpeechGPT(GPTLitModule):
         d = data.splits[split]
         heard = {"speech": waves}
         if split == "test":
-            settings = data.mel_settings()
-            heard["rebuilt"] = [mel_to_audio(m, settings) for m in self.frames(d.codes[:n])]
+            heard["rebuilt"] = codes_to_audio(d.codes[:n], data.codebook(), data.mel_settings())
             heard["real"] = data.recordings(split, n)
         truth = {"digit": d.words[:n], "voice": list(d.speakers[:n])}
         for name, listener in listeners.items():
