@@ -16,6 +16,7 @@ from src.models.word2vec import (
     Word2VecConfig,
     WordVectors,
     compact,
+    context_means,
     context_pairs,
     draw_noise,
     evaluate,
@@ -76,6 +77,25 @@ def test_context_pairs_within_each_radius():
         (c, o) for c in range(5) for o in range(5) if c != o and abs(c - o) <= radius[0, c]
     )
     assert got == want
+
+
+def test_cbow_averages_each_centres_context_and_skipgram_pairs_it_word_by_word():
+    """'the cat sat on mats', radius 1 but 2 around 'sat': skip-gram predicts each context
+    word from its centre, CBOW each centre from the mean of its context words' vectors."""
+    valid = torch.ones(1, 5, dtype=torch.bool)
+    radius = torch.tensor([[1, 1, 2, 1, 1]])
+    centre, context = context_pairs(valid, radius)
+    pairs = sorted(zip(centre.tolist(), context.tolist(), strict=True))
+    assert pairs == [(0, 1), (1, 0), (1, 2), (2, 0), (2, 1), (2, 3), (2, 4), (3, 2), (3, 4),
+                     (4, 3)]  # fmt: skip
+    v = torch.arange(5.0)[:, None] * torch.tensor([[1.0, 10.0]])  # (5, 2): word w's vector
+    h, centres = context_means(v[context], centre, 5)
+    assert centres.tolist() == [0, 1, 2, 3, 4]
+    want = [[1.0], [(0 + 2) / 2], [(0 + 1 + 3 + 4) / 4], [(2 + 4) / 2], [3.0]]
+    torch.testing.assert_close(h, torch.tensor(want) * torch.tensor([[1.0, 10.0]]))
+    # a position with no context word (alone in its window) is no CBOW example
+    _, centres = context_means(v[:1], torch.tensor([2]), 5)
+    assert centres.tolist() == [2]
 
 
 def test_subsampled_words_vanish_and_neighbours_close_up():

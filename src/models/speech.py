@@ -159,5 +159,6 @@ class SpeechGPT(GPTLitModule):
         pictures = [torch.from_numpy((self.frames(c) + top) / top).clamp(0, 1).flip(1)[:, None]
                     for c in (prompts, said, test.codes[picks])]  # fmt: skip
         path = run / "speech.png"
-        plot_image_rows(pictures, ["prompt", "generated", "real (codes)"], path)
+        plot_image_rows(pictures, ["prompt", "generated", "real (codes)"], path,
+                        [test.words[row] for row in picks])  # fmt: skip
         log_image(self.trainer, "test/speech", path)

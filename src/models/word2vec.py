@@ -130,6 +130,17 @@ def context_pairs(valid: Tensor, radius: Tensor) -> tuple[Tensor, Tensor]:
 # --------------------------------------------------------------------------- the model
 
 
+def context_means(vectors: Tensor, centre: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """CBOW's input h: the (P, D) input vectors of the context words of P (centre, context)
+    pairs, and their centre positions (P,) among n -> (N, D) the mean over each centre's
+    context, and the N positions (N,) that have one."""
+    total = torch.zeros(n, vectors.shape[1], dtype=vectors.dtype, device=vectors.device)
+    total.index_add_(0, centre, vectors)  # (n, D)
+    size = torch.bincount(centre, minlength=n)  # (n,): |C| per position
+    has = size > 0
+    return total[has] / size[has, None], has.nonzero().squeeze(1)
+
+
 class Word2Vec(nn.Module):
     """E (the input vectors v) and E' (the output vectors u) as K × D embedding tables, their
     rows being the columns of the chapter's D × K matrices; and the negative-sampling loss of a
@@ -181,13 +192,7 @@ class Word2Vec(nn.Module):
             v = self.emb_in(flat[centre])  # (N, D): v_c
             target = flat[context]  # (N,): o
         else:
-            # h of each centre word: the mean of its context words' input vectors
-            n = flat.numel()
-            total = torch.zeros(n, self.cfg.dim, device=flat.device)
-            total.index_add_(0, centre, self.emb_in(flat[context]))  # (B T, D)
-            size = torch.bincount(centre, minlength=n)  # (B T,): |C| per position
-            has = size > 0
-            v = total[has] / size[has, None]  # (N, D): h
+            v, has = context_means(self.emb_in(flat[context]), centre, flat.numel())
             target = flat[has]  # (N,): the centre words c
         noise = draw_noise(self.noise, target, self.cfg.negative, generator)  # (N, S)
         words = torch.cat([target[:, None], noise], 1)  # (N, 1 + S)

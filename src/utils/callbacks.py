@@ -346,8 +346,10 @@ class ImageSamples(pl.Callback):
         log_image(trainer, "samples", path)
 
 
-def plot_image_rows(rows: list[torch.Tensor], names: list[str], path: Path) -> None:
-    """A grid with one row per (B, C, H, W) batch of images in [0, 1], named on the left."""
+def plot_image_rows(rows: list[torch.Tensor], names: list[str], path: Path,
+                    titles: list[str] | None = None) -> None:  # fmt: skip
+    """A grid with one row per (B, C, H, W) batch of images in [0, 1], named on the left;
+    titles name the columns."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -362,6 +364,8 @@ def plot_image_rows(rows: list[torch.Tensor], names: list[str], path: Path) -> N
             ax.set_xticks([])
             ax.set_yticks([])
         row[0].set_ylabel(name, fontsize=7)
+    for title, ax in zip(titles or [], axes[0], strict=False):
+        ax.set_title(title, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
