@@ -4,12 +4,14 @@ both on the same log-mel spectrograms through `python -m src.train`, on three sp
 heard in training), (b) a random stratified split, (c) FSDD's official split (takes 0-4 of every
 speaker are test).
 
-    python bench/audio.py [--ast-steps 800] [--cnn-steps 600] [--models ast cnn]
+    python bench/audio.py [--ast-steps N] [--cnn-steps N] [--models ast cnn]
                           [--splits speaker random official] [--out DIR] [--json FILE]
                           [KEY=VALUE ...]
 
-Both models run the defaults of `model=ast|cnn data=fsdd`; the CNN at batch 32, since its step
-at 64 costs four times the AST's, so that the 14 runs fit the 25 minutes.
+Each model runs its recipe, `experiment=ast_fsdd | cnn_fsdd`: both on the same 20 x 20 log-mels
+(`data=fsdd_small`, CNNWordReco's features), the AST with warps, SpecAugment and mixup for 1,600
+steps of 64, the CNN without augmentation for 650 steps of 32 (about CNNWordReco's 10 epochs);
+--ast-steps / --cnn-steps change the steps.
 
 The spectrograms are prepared once (the stage `prepare_audio`; its time and files/s printed) and
 every run splits them at set-up. Each run is tested at its best val loss. Prints test accuracy
@@ -40,7 +42,7 @@ SPLITS = {
     "random": [["data.split=random"]],
     "official": [["data.split=official"]],
 }
-RECIPE = {"ast": [], "cnn": ["data.batch_size=32"]}
+RECIPE = {"ast": ["experiment=ast_fsdd"], "cnn": ["experiment=cnn_fsdd"]}
 REFERENCE = {"target_ast_speaker_mean": 0.912, "target_ast_random": 0.98,
              "cnnwordreco_speaker": 0.912, "ast_speech_commands_v2_imagenet": 0.981}  # fmt: skip
 
@@ -53,7 +55,7 @@ def prepare(overrides: list[str]) -> dict:
         if o.startswith("data.processed_dir="):
             shutil.rmtree(o.partition("=")[2], ignore_errors=True)
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "src.prepare", "data=fsdd", *overrides]
+    cmd = [sys.executable, "-m", "src.prepare", "data=fsdd_small", *overrides]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"error: the mel stage failed: {proc.stderr.strip().splitlines()[-1]}")
@@ -68,12 +70,17 @@ def run_name(split: list[str]) -> str:
     return "-".join(override.split("=")[1] for override in split)
 
 
-def train(model: str, split: list[str], steps: int, run_dir: Path, overrides: list[str]) -> dict:
-    m, seconds = train_run([f"model={model}", "data=fsdd", *split, *RECIPE[model],
-                            f"trainer.max_steps={steps}", "trainer.max_epochs=-1", *overrides],
-                           run_dir)  # fmt: skip
+def train(model: str, split: list[str], steps: int | None, run_dir: Path,
+          overrides: list[str]) -> dict:  # fmt: skip
+    steps_override = [f"trainer.max_steps={steps}"] if steps else []
+    m, seconds = train_run([*RECIPE[model], *split, *steps_override, "trainer.max_epochs=-1",
+                            *overrides], run_dir)  # fmt: skip
+    from omegaconf import OmegaConf
+
+    trainer = OmegaConf.load(run_dir / "config.yaml").trainer
     return {"acc": m["test/acc"], "f1": m["test/f1"], "parameters": int(m["params/total"]),
-            "seconds": round(seconds, 1), "epoch_seconds": epoch_seconds(run_dir)}  # fmt: skip
+            "steps": trainer.max_steps, "seconds": round(seconds, 1),
+            "epoch_seconds": epoch_seconds(run_dir)}  # fmt: skip
 
 
 def epoch_seconds(run_dir: Path) -> float:
@@ -93,8 +100,8 @@ def epoch_seconds(run_dir: Path) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--ast-steps", type=int, default=800, help="training steps of each AST run")
-    p.add_argument("--cnn-steps", type=int, default=600, help="training steps of each CNN run")
+    p.add_argument("--ast-steps", type=int, help="training steps of each AST run (its recipe's)")
+    p.add_argument("--cnn-steps", type=int, help="training steps of each CNN run (its recipe's)")
     p.add_argument("--models", nargs="+", choices=["ast", "cnn"], default=["ast", "cnn"])
     p.add_argument("--splits", nargs="+", choices=list(SPLITS), default=list(SPLITS))
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/audio")
@@ -116,15 +123,15 @@ def main() -> None:
             per = "  ".join(f"{SPEAKERS[k]} {100 * r['acc']:.1f}" for k, r in enumerate(runs))
             print(f"{model:<4} {split:<9} {100 * results[model][split]['acc']:6.2f} %"
                   + (f"  ({per})" if split == "speaker" else "")
-                  + f"  {runs[0]['parameters']:,} parameters, {runs[0]['epoch_seconds']:.1f} s "
-                  "an epoch", flush=True)  # fmt: skip
+                  + f"  {runs[0]['parameters']:,} parameters, {runs[0]['steps']} steps, "
+                  f"{runs[0]['epoch_seconds']:.1f} s an epoch", flush=True)  # fmt: skip
     if "ast" in results:
         for split, key in (("speaker", "target_ast_speaker_mean"), ("random", "target_ast_random")):
             if split in results["ast"]:
                 acc, target = results["ast"][split]["acc"], REFERENCE[key]
                 print(f"AST {split}: {100 * acc:.2f} % against the target {100 * target:.1f} %: "
                       f"{'met' if acc >= target else 'not met'}")  # fmt: skip
-    summary = {"bench": "audio", "steps": steps, "prepare": stage, "models": results,
+    summary = {"bench": "audio", "recipes": RECIPE, "prepare": stage, "models": results,
                "reference": REFERENCE}  # fmt: skip
     emit_summary(summary, args.json)
 

@@ -105,6 +105,19 @@ def test_stretch_fills_the_window_with_the_word_whatever_its_pace():
     assert (padded[:, 50:] == -SETTINGS["top_db"]).all()  # pad: 0.4 s of sweep, then silence
 
 
+def test_trim_cuts_the_quiet_ends_so_a_stretched_word_fills_the_window_alike():
+    import librosa
+
+    word = librosa.chirp(fmin=300, fmax=3000, sr=8000, duration=0.4).astype(np.float32)
+    noise = 1e-3 * np.random.default_rng(0).standard_normal(2400).astype(np.float32)  # -60 dB
+    padded = np.concatenate([noise[:1600], word, noise[1600:]])  # 0.2 s before, 0.1 s after
+    s = {**SETTINGS, "fit": "stretch"}
+    trimmed = log_mel(padded, {**s, "trim_db": 40})
+    assert np.abs(trimmed.argmax(0) - log_mel(word, s).argmax(0)).mean() < 2  # the same sweep
+    # untrimmed, the sweep is squeezed into the middle 57 % and the quiet ends fill the rest
+    assert np.abs(log_mel(padded, s).argmax(0) - log_mel(word, s).argmax(0)).mean() > 5
+
+
 def test_rescale_moves_a_band_up_by_the_factor():
     from src.data.audio import rescale
 
@@ -251,12 +264,12 @@ def test_ast_patches_overlap_and_tile_the_log_mels():
     assert emb.grid == (5, 8) and emb.num_patches == 40
 
 
-@pytest.mark.parametrize("model", ["ast", "cnn"])
-def test_ast_and_cnn_learn_spoken_digits_through_the_entry_point(fsdd, tmp_path, model):
-    run = tmp_path / "run"
-    batch = {"ast": 64, "cnn": 16}[model]  # the CNN's step costs four times the AST's
-    proc = run_module("src.train", f"model={model}", "data=fsdd", f"data.root={fsdd}",
-                      f"data.batch_size={batch}", "trainer.max_steps=40",
+@pytest.mark.parametrize("recipe", [["model=ast", "data=fsdd"], ["experiment=ast_fsdd"],
+                                    ["experiment=cnn_fsdd"]])  # fmt: skip
+def test_ast_and_cnn_learn_spoken_digits_through_the_entry_point(fsdd, tmp_path, recipe):
+    """The plain defaults (64 x 100 log-mels) and bench/audio.py's recipes (20 x 20)."""
+    run, model = tmp_path / "run", "cnn" if "cnn" in recipe[0] else "ast"
+    proc = run_module("src.train", *recipe, f"data.root={fsdd}", "trainer.max_steps=40",
                       "trainer.log_every_n_steps=5", "logger=csv",
                       "callbacks.progress_bar.refresh_rate=0",
                       f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
@@ -268,3 +281,6 @@ def test_ast_and_cnn_learn_spoken_digits_through_the_entry_point(fsdd, tmp_path,
     assert {"test/acc", "test/f1", "test/acc_majority"} <= metrics.keys()
     assert (run / "confusion.png").stat().st_size > 10_000
     assert (run / "attention.png").exists() == (model == "ast")
+    if "experiment=ast_fsdd" in recipe:
+        ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+        assert ckpt["state_dict"]["net.pos"].shape[1] == 1 + 25  # 4 x 4 patches of 20 x 20

@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 FORMAT = 2  # bump when the processed layout changes
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg"}
 MEL_KEYS = ("sample_rate", "duration", "fit", "n_mels", "n_fft", "win_length", "hop_length",
-            "f_min", "f_max", "top_db", "cmn")  # fmt: skip
+            "f_min", "f_max", "top_db", "cmn", "trim_db")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the mel stage
@@ -102,6 +102,9 @@ def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
     import librosa
 
     frames = round(s["duration"] * s["sample_rate"]) // s["hop_length"]
+    if s.get("trim_db"):  # the recording's quiet ends cut: a word starts and ends alike for all
+        y = librosa.effects.trim(y, top_db=s["trim_db"], frame_length=s["win_length"],
+                                 hop_length=s["hop_length"])[0]  # fmt: skip
     if s["fit"] == "pad":
         samples = frames * s["hop_length"]
         y = np.pad(y[:samples], (0, max(0, samples - len(y))))
@@ -229,6 +232,7 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         f_max: float | None = None,
         top_db: float = 80.0,
         cmn: bool = False,
+        trim_db: float | None = None,
         skip_bad: bool = False,
         target: str = "label",
         split: str = "random",
