@@ -26,12 +26,16 @@ last line printed is JSON.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 from statistics import fmean
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 
 from src.utils.summary import emit_summary, train_run
 
@@ -75,25 +79,17 @@ def train(model: str, split: list[str], steps: int | None, run_dir: Path,
     steps_override = [f"trainer.max_steps={steps}"] if steps else []
     m, seconds = train_run([*RECIPE[model], *split, *steps_override, "trainer.max_epochs=-1",
                             *overrides], run_dir)  # fmt: skip
-    from omegaconf import OmegaConf
-
-    trainer = OmegaConf.load(run_dir / "config.yaml").trainer
+    cfg = OmegaConf.load(run_dir / "config.yaml")
     return {"acc": m["test/acc"], "f1": m["test/f1"], "parameters": int(m["params/total"]),
-            "steps": trainer.max_steps, "seconds": round(seconds, 1),
-            "epoch_seconds": epoch_seconds(run_dir)}  # fmt: skip
+            "steps": cfg.trainer.max_steps, "seconds": round(seconds, 1),
+            "epoch_seconds": epoch_seconds(run_dir, cfg.data)}  # fmt: skip
 
 
-def epoch_seconds(run_dir: Path) -> float:
+def epoch_seconds(run_dir: Path, data: DictConfig) -> float:
     """Seconds of one training epoch: the train split's size over the spectrograms a second of
     training steps (Throughput's train/images_per_sec, averaged over the run)."""
-    import csv
-
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").read_text().splitlines()))
     rates = [float(r["train/images_per_sec"]) for r in rows if r.get("train/images_per_sec")]
-    data = OmegaConf.load(run_dir / "config.yaml").data
     splits = instantiate(data, processed_dir=str(ROOT / data.processed_dir)).split_rows()
     return round(len(splits["train"]) / fmean(rates), 2)
 

@@ -16,8 +16,8 @@ over 0.6, a loss under 90 % of the unigram's, chrF 10 points over the copy's. A 
 no sense (EGNN without coordinates, the AST's 16 x 16 patches on 20 x 20 log-mels) is listed as
 refused, with its one-line error. On the karate club (20 test nodes) and MUTAG (19 test graphs per
 fold), where one example is 5 points, a pair's figures are the means over three splits (split
-seeds 0-2, folds 0-2). Raw data comes from
-data/raw (or $DATA_MIRROR); every run writes into --out.
+seeds 0-2, folds 0-2). Raw data comes from data/raw (or $DATA_MIRROR); every run writes into
+--out.
 
 The last rows are a user's workflow on files of their own (written into --out/user from tiny
 Shakespeare: its first 60 % as a plain text file, and the speeches of its two most frequent

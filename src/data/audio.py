@@ -141,10 +141,14 @@ def mel_to_audio(db: np.ndarray, s: dict, n_iter: int = 32) -> np.ndarray:
     return (0.9 * y / max(float(np.abs(y).max()), 1e-8)).astype(np.float32)
 
 
+def codes_to_frames(codes: np.ndarray, codebook: np.ndarray, n_mels: int) -> np.ndarray:
+    """Speech codes (B, T') -> log-mels (B, n_mels, T): each code's centroid, as its frames."""
+    return vector_frames(torch.from_numpy(codebook)[torch.from_numpy(codes)], n_mels).numpy()
+
+
 def codes_to_audio(codes: np.ndarray, codebook: np.ndarray, s: dict) -> list[np.ndarray]:
     """Speech codes (B, T') -> B recordings: each code's centroid frames, then mel_to_audio."""
-    mels = vector_frames(torch.from_numpy(codebook)[torch.from_numpy(codes)], s["n_mels"])
-    return [mel_to_audio(m, s) for m in mels.numpy()]
+    return [mel_to_audio(m, s) for m in codes_to_frames(codes, codebook, s["n_mels"])]
 
 
 def label_of(path: Path, root: Path, pattern: re.Pattern | None) -> tuple[str, str, int]:

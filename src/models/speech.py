@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from src.data.audio import codes_to_audio, log_mel
-from src.data.speech import CODE_OFFSET, sequence, spoken_word, vector_frames
+from src.data.audio import codes_to_audio, codes_to_frames, log_mel
+from src.data.speech import CODE_OFFSET, sequence, spoken_word
 from src.models.gpt import GPTLitModule
 from src.utils.callbacks import log_image, plot_image_rows
 from src.utils.errors import PipelineError
@@ -106,8 +106,7 @@ class SpeechGPT(GPTLitModule):
     def frames(self, codes: np.ndarray) -> np.ndarray:
         """Codes (B, T') -> log-mels (B, n_mels, T): the codebook's frames."""
         data = self.trainer.datamodule
-        book = torch.from_numpy(data.codebook())
-        return vector_frames(book[torch.from_numpy(codes)], data.hparams.n_mels).numpy()
+        return codes_to_frames(codes, data.codebook(), data.hparams.n_mels)
 
     def _judge(self, listeners: dict, split: str, waves: list[np.ndarray], prefix: str) -> None:
         """Logs how often each listener hears the right word / speaker in the generated audio of
