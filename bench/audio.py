@@ -4,14 +4,16 @@ both on the same log-mel spectrograms through `python -m src.train`, on three sp
 heard in training), (b) a random stratified split, (c) FSDD's official split (takes 0-4 of every
 speaker are test).
 
-    python bench/audio.py [--ast-steps N] [--cnn-steps N] [--models ast cnn]
-                          [--splits speaker random official] [--out DIR] [--json FILE]
-                          [KEY=VALUE ...]
+    python bench/audio.py [--ast-steps N] [--cnn-steps N] [--models cnn ast]
+                          [--teacher cnn | none] [--splits speaker random official]
+                          [--out DIR] [--json FILE] [KEY=VALUE ...]
 
-Each model runs its recipe, `experiment=ast_fsdd | cnn_fsdd`: both on the same 20 x 20 log-mels
-(`data=fsdd_small`, CNNWordReco's features), the AST with warps, SpecAugment and mixup for 1,600
-steps of 64, the CNN without augmentation for 650 steps of 32 (about CNNWordReco's 10 epochs);
---ast-steps / --cnn-steps change the steps.
+Each model runs its recipe, `experiment=cnn_fsdd | ast_fsdd`: both on the same 20 x 20 log-mels
+(`data=fsdd_small`, CNNWordReco's features), the CNN without augmentation for 650 steps of 32
+(about CNNWordReco's 10 epochs), then the AST with warps, SpecAugment and mixup for 2,000 steps
+of 64, distilled from the CNN trained on the same split (DeiT's hard distillation,
+`model.teacher=<the CNN's best checkpoint>`; `--teacher none`: the AST alone); --ast-steps /
+--cnn-steps change the steps.
 
 The spectrograms are prepared once (the stage `prepare_audio`; its time and files/s printed) and
 every run splits them at set-up. Each run is tested at its best val loss. Prints test accuracy
@@ -46,7 +48,7 @@ SPLITS = {
     "random": [["data.split=random"]],
     "official": [["data.split=official"]],
 }
-RECIPE = {"ast": ["experiment=ast_fsdd"], "cnn": ["experiment=cnn_fsdd"]}
+RECIPE = {"cnn": ["experiment=cnn_fsdd"], "ast": ["experiment=ast_fsdd"]}
 REFERENCE = {"target_ast_speaker_mean": 0.912, "target_ast_random": 0.98,
              "cnnwordreco_speaker": 0.912, "ast_speech_commands_v2_imagenet": 0.981}  # fmt: skip
 
@@ -74,6 +76,13 @@ def run_name(split: list[str]) -> str:
     return "-".join(override.split("=")[1] for override in split)
 
 
+def best_checkpoint(run_dir: Path) -> Path:
+    found = sorted((run_dir / "checkpoints").glob("best-*.ckpt"))
+    if not found:
+        sys.exit(f"error: no CNN checkpoint in {run_dir} to distil from: run --models cnn ast")
+    return found[-1]
+
+
 def train(model: str, split: list[str], steps: int | None, run_dir: Path,
           overrides: list[str]) -> dict:  # fmt: skip
     steps_override = [f"trainer.max_steps={steps}"] if steps else []
@@ -98,7 +107,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--ast-steps", type=int, help="training steps of each AST run (its recipe's)")
     p.add_argument("--cnn-steps", type=int, help="training steps of each CNN run (its recipe's)")
-    p.add_argument("--models", nargs="+", choices=["ast", "cnn"], default=["ast", "cnn"])
+    p.add_argument("--models", nargs="+", choices=["cnn", "ast"], default=["cnn", "ast"])
+    p.add_argument("--teacher", choices=["cnn", "none"], default="cnn",
+                   help="the AST distils from its split's CNN (trained first), or not")  # fmt: skip
     p.add_argument("--splits", nargs="+", choices=list(SPLITS), default=list(SPLITS))
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/audio")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
@@ -110,11 +121,16 @@ def main() -> None:
     overrides = [f"data.processed_dir={out / 'fsdd-mel'}", *args.overrides]
     stage = prepare([o for o in overrides if o.startswith("data.")])
     print(f"mel stage: {stage['seconds']:.0f} s, {stage['files_per_sec']:.0f} files/s", flush=True)
-    results = {m: {} for m in args.models}
-    for model in args.models:
+    results = {m: {} for m in sorted(args.models, key=["cnn", "ast"].index)}  # teacher first
+    for model in results:
         for split in args.splits:
-            runs = [train(model, s, steps[model], out / model / run_name(s), overrides)
-                    for s in SPLITS[split]]  # fmt: skip
+            runs = []
+            for s in SPLITS[split]:
+                extra = []
+                if model == "ast" and args.teacher == "cnn":
+                    extra = [f"model.teacher={best_checkpoint(out / 'cnn' / run_name(s))}"]
+                runs.append(train(model, s, steps[model], out / model / run_name(s),
+                                  [*overrides, *extra]))  # fmt: skip
             results[model][split] = {"acc": fmean(r["acc"] for r in runs), "runs": runs}
             per = "  ".join(f"{SPEAKERS[k]} {100 * r['acc']:.1f}" for k, r in enumerate(runs))
             print(f"{model:<4} {split:<9} {100 * results[model][split]['acc']:6.2f} %"
@@ -127,8 +143,8 @@ def main() -> None:
                 acc, target = results["ast"][split]["acc"], REFERENCE[key]
                 print(f"AST {split}: {100 * acc:.2f} % against the target {100 * target:.1f} %: "
                       f"{'met' if acc >= target else 'not met'}")  # fmt: skip
-    summary = {"bench": "audio", "recipes": RECIPE, "prepare": stage, "models": results,
-               "reference": REFERENCE}  # fmt: skip
+    summary = {"bench": "audio", "recipes": RECIPE, "teacher": args.teacher, "prepare": stage,
+               "models": results, "reference": REFERENCE}  # fmt: skip
     emit_summary(summary, args.json)
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from src.data.images import ImageDataModule, read_idx, stratified_split
-from src.models.image import CNN, CNNConfig, ViT, ViTConfig
+from src.models.image import CNN, CNNConfig, ViT, ViTConfig, load_classifier
 from src.nn.patch import PatchEmbedding, grid_size, patchify, unpatchify
 from src.nn.positional import SinusoidalPositionalEncoding2D
 from src.utils.errors import PipelineError
@@ -307,17 +307,35 @@ def test_imagegpt_batches_start_with_the_start_token_and_never_sample_it(tmp_pat
 # ---------------------------------------------------------------- through the entry point
 
 
-@pytest.mark.parametrize("model", ["vit", "cnn"])
-def test_vit_and_cnn_learn_the_digits_through_the_entry_point(tmp_path, model):
-    run = tmp_path / "run"
-    proc = run_module("src.train", f"model={model}", "data=digits", *TINY,
-                      f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
-    assert_ok(proc)
+def learn_digits(tmp_path, name: str, *overrides: str) -> dict:
+    """Train on the digits through the entry point into tmp_path/name: its metrics."""
+    run = tmp_path / name
+    assert_ok(run_module("src.train", "data=digits", *TINY, f"paths.data_dir={tmp_path / 'data'}",
+                         *overrides, f"hydra.run.dir={run}"))  # fmt: skip
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["test/acc"] > metrics["test/acc_majority"] + 0.2
     assert {"test/f1", "train/loss", "val/acc", "train/images_per_sec"} <= metrics.keys()
     assert (run / "confusion.png").stat().st_size > 10_000
-    assert (run / "attention.png").exists() == (model == "vit")  # class token attention, rollout
+    assert (run / "attention.png").exists() == ("model=vit" in overrides)  # class token, rollout
+    return metrics
+
+
+def test_the_vit_learns_the_digits_through_the_entry_point(tmp_path):
+    learn_digits(tmp_path, "vit", "model=vit")
+
+
+def test_the_cnn_learns_the_digits_and_teaches_a_vit_that_keeps_no_copy_of_it(tmp_path):
+    learn_digits(tmp_path, "cnn", "model=cnn")
+    teacher = next((tmp_path / "cnn" / "checkpoints").glob("best-*.ckpt"))
+    learn_digits(tmp_path, "student", "model=vit", f"model.teacher={teacher}")
+    student = next((tmp_path / "student" / "checkpoints").glob("best-*.ckpt"))
+    state = torch.load(student, weights_only=True)["state_dict"]
+    assert not any(k.startswith("teacher") for k in state)
+    teacher.unlink()  # the student loads without its teacher
+    assert isinstance(load_classifier(student), ViT)
+    with pytest.raises(PipelineError, match="classifies 8 x 8 images into 10 classes; this data "
+                                            "has 28 x 28 and 10"):  # fmt: skip
+        load_classifier(student, (28, 28), 10)
 
 
 def test_imagegpt_learns_the_digits_and_draws_samples_through_the_entry_point(tmp_path):

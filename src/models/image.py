@@ -119,10 +119,14 @@ class ImageClassifier(TransformerModule):
     """Cross-entropy training of a ViT or CNN with AdamW, warm-up and cosine decay, optionally
     with label smoothing and mixup (each batch mixed with a shuffled copy of itself, images and
     targets alike, by lambda ~ Beta(mixup, mixup)); logs loss, accuracy and macro-F1 on every
-    split."""
+    split. With a teacher (the checkpoint of a classifier trained on the same data, say the CNN),
+    DeiT's hard distillation (Touvron et al. 2021): the teacher's label of each training input,
+    augmented and mixed as the student sees it, is a second target, weighted by `distill`; a
+    Transformer learns the convolution's biases from it."""
 
     def __init__(self, net: dict, optim: dict, image_size, channels: int, num_classes: int,
-                 mixup: float = 0.0, label_smoothing: float = 0.0):  # fmt: skip
+                 mixup: float = 0.0, label_smoothing: float = 0.0, teacher: str | None = None,
+                 distill: float = 0.5):  # fmt: skip
         super().__init__()
         self.save_hyperparameters()
         self.net = build_net(net, image_size=image_size, channels=channels,
@@ -133,6 +137,15 @@ class ImageClassifier(TransformerModule):
             for s in ("val", "test") for m in ("acc", "f1")
         })  # fmt: skip
         self.confusion = MulticlassConfusionMatrix(num_classes)  # test split; plotted by ImagePlots
+        if not 0 <= distill <= 1:
+            raise PipelineError(f"model.distill={distill}: the teacher's share of the loss, 0-1")
+        self.teacher: nn.Module | None = None  # loaded at fit start from model.teacher
+
+    def on_fit_start(self) -> None:
+        hp = self.hparams
+        if hp.teacher:  # not a submodule: checkpoints hold the student alone
+            net = load_classifier(hp.teacher, hp.image_size, hp.num_classes).to(self.device)
+            object.__setattr__(self, "teacher", net)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)
@@ -143,13 +156,19 @@ class ImageClassifier(TransformerModule):
         if alpha:  # mixup: a convex mix of two examples, trained toward the same mix of labels
             lam = float(torch.distributions.Beta(alpha, alpha).sample())
             perm = torch.randperm(len(y), device=y.device)
-            logits = self(lam * x + (1 - lam) * x[perm])
+            x = lam * x + (1 - lam) * x[perm]
+            logits = self(x)
             loss = lam * F.cross_entropy(logits, y, label_smoothing=smooth) + (
                 1 - lam
             ) * F.cross_entropy(logits, y[perm], label_smoothing=smooth)
         else:
             logits = self(x)
             loss = F.cross_entropy(logits, y, label_smoothing=smooth)
+        if self.teacher is not None:  # DeiT: the teacher's label of the same input, a 2nd target
+            with torch.no_grad():
+                y_teacher = self.teacher(x).argmax(-1)
+            w = self.hparams.distill
+            loss = (1 - w) * loss + w * F.cross_entropy(logits, y_teacher)
         self.check_finite(loss)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/acc", (logits.argmax(-1) == y).float().mean())
@@ -173,12 +192,19 @@ class ImageClassifier(TransformerModule):
         self.confusion.update(self(batch[0]), batch[1])
 
 
-def load_classifier(path) -> ViT | CNN:
+def load_classifier(path, image_size=None, num_classes: int | None = None) -> ViT | CNN:
     """An image classifier's checkpoint (model=vit | cnn | ast) -> its network in eval mode,
-    loaded with weights_only=True."""
+    loaded with weights_only=True; with image_size and num_classes, checked to fit them."""
     from src.utils.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(path, expected_class=f"{__name__}.ImageClassifier")
-    model = ImageClassifier(**ckpt["hyper_parameters"])
+    hp = ckpt["hyper_parameters"]
+    made_for = (tuple(hp["image_size"]), hp["num_classes"])
+    if image_size is not None and made_for != (tuple(image_size), num_classes):
+        raise PipelineError(
+            f"{path} classifies {made_for[0][0]} x {made_for[0][1]} images into {made_for[1]} "
+            f"classes; this data has {image_size[0]} x {image_size[1]} and {num_classes}"
+        )
+    model = ImageClassifier(**hp)
     model.load_state_dict(ckpt["state_dict"])
     return model.net.eval()
