@@ -76,11 +76,12 @@ def run_name(split: list[str]) -> str:
     return "-".join(override.split("=")[1] for override in split)
 
 
-def best_checkpoint(run_dir: Path) -> Path:
-    found = sorted((run_dir / "checkpoints").glob("best-*.ckpt"))
-    if not found:
+def teacher_checkpoint(run_dir: Path) -> Path:
+    """The CNN run's best checkpoint (its last when it never validated, as in a short run)."""
+    found = [*sorted(run_dir.glob("checkpoints/best-*.ckpt")), run_dir / "checkpoints/last.ckpt"]
+    if not found[0].exists():
         sys.exit(f"error: no CNN checkpoint in {run_dir} to distil from: run --models cnn ast")
-    return found[-1]
+    return found[0]
 
 
 def train(model: str, split: list[str], steps: int | None, run_dir: Path,
@@ -121,14 +122,14 @@ def main() -> None:
     overrides = [f"data.processed_dir={out / 'fsdd-mel'}", *args.overrides]
     stage = prepare([o for o in overrides if o.startswith("data.")])
     print(f"mel stage: {stage['seconds']:.0f} s, {stage['files_per_sec']:.0f} files/s", flush=True)
-    results = {m: {} for m in sorted(args.models, key=["cnn", "ast"].index)}  # teacher first
+    results = {m: {} for m in RECIPE if m in args.models}  # RECIPE's order: the teacher first
     for model in results:
         for split in args.splits:
             runs = []
             for s in SPLITS[split]:
                 extra = []
                 if model == "ast" and args.teacher == "cnn":
-                    extra = [f"model.teacher={best_checkpoint(out / 'cnn' / run_name(s))}"]
+                    extra = [f"model.teacher={teacher_checkpoint(out / 'cnn' / run_name(s))}"]
                 runs.append(train(model, s, steps[model], out / model / run_name(s),
                                   [*overrides, *extra]))  # fmt: skip
             results[model][split] = {"acc": fmean(r["acc"] for r in runs), "runs": runs}

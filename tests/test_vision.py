@@ -307,8 +307,8 @@ def test_imagegpt_batches_start_with_the_start_token_and_never_sample_it(tmp_pat
 # ---------------------------------------------------------------- through the entry point
 
 
-def learn_digits(tmp_path, name: str, *overrides: str) -> dict:
-    """Train on the digits through the entry point into tmp_path/name: its metrics."""
+def learn_digits(tmp_path, name: str, *overrides: str) -> None:
+    """Train on the digits through the entry point into tmp_path/name and check what it wrote."""
     run = tmp_path / name
     assert_ok(run_module("src.train", "data=digits", *TINY, f"paths.data_dir={tmp_path / 'data'}",
                          *overrides, f"hydra.run.dir={run}"))  # fmt: skip
@@ -317,7 +317,6 @@ def learn_digits(tmp_path, name: str, *overrides: str) -> dict:
     assert {"test/f1", "train/loss", "val/acc", "train/images_per_sec"} <= metrics.keys()
     assert (run / "confusion.png").stat().st_size > 10_000
     assert (run / "attention.png").exists() == ("model=vit" in overrides)  # class token, rollout
-    return metrics
 
 
 def test_the_vit_learns_the_digits_through_the_entry_point(tmp_path):
