@@ -38,7 +38,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         class_path,
         load_checkpoint,
     )
-    from src.utils.config import command_line_values, instantiate_all, print_config_tree
+    from src.utils.config import (
+        command_line_values,
+        instantiate_all,
+        instantiate_model,
+        print_config_tree,
+    )
     from src.utils.errors import PipelineError, lost_peer
     from src.utils.resume import Preemption, continue_csv, previous_wandb_id, resolve_ckpt_path
 
@@ -53,7 +58,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     Path(cfg.paths.data_dir).mkdir(parents=True, exist_ok=True)
     with FileLock(Path(cfg.paths.data_dir) / ".prepare.lock"):
         datamodule.prepare_data()
-    model = instantiate(cfg.model, **datamodule.model_kwargs, _convert_="all")
+    model = instantiate_model(cfg.model, datamodule)
     ckpt_path = resolve_ckpt_path(cfg.ckpt_path, run_dir)
     # a run resumed in its own folder goes on in the same wandb run and CSV log
     resumed_here = ckpt_path is not None and run_dir.resolve() in Path(ckpt_path).resolve().parents

@@ -256,6 +256,15 @@ def test_a_bad_audio_file_is_one_error_line_through_the_entry_point(fsdd, tmp_pa
     assert_one_error_line(proc, "9_george_0.wav", "not a readable audio file")
 
 
+def test_a_model_made_for_other_data_is_one_error_line(fsdd, tmp_path):
+    # ImageGPT's model.codes turns the recordings into speech tokens, which it cannot read
+    data, run = tmp_path / "data", tmp_path / "run"
+    proc = run_module("src.train", "model=imagegpt", "data=fsdd", f"data.root={fsdd}",
+                      f"paths.data_dir={data}", f"hydra.run.dir={run}")  # fmt: skip
+    assert_one_error_line(proc, "ImageGPT does not train on AudioDataModule's data",
+                          "block_size")  # fmt: skip
+
+
 # ---------------------------------------------------------------- models through the entry point
 
 

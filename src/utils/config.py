@@ -137,6 +137,28 @@ def instantiate_all(section: DictConfig | None) -> list:
     return [instantiate(c) for c in (section or {}).values() if c and "_target_" in c]
 
 
+def instantiate_model(model: DictConfig, data: object):
+    """The model of `model` shaped by the data module's `model_kwargs` (vocabulary size, image
+    size, ...); a model and data that do not go together (model=imagegpt data=fsdd) are one
+    error line naming both, not a TypeError from deep inside Hydra."""
+    import inspect
+
+    from hydra.utils import get_class, instantiate
+
+    from src.utils.errors import PipelineError
+
+    kwargs, cls = data.model_kwargs, get_class(model._target_)
+    params = inspect.signature(cls).parameters.values()
+    if all(p.kind != p.VAR_KEYWORD for p in params):
+        foreign = sorted(set(kwargs) - {p.name for p in params})
+        if foreign:
+            raise PipelineError(
+                f"{cls.__name__} does not train on {type(data).__name__}'s data: the data "
+                f"sets {', '.join(foreign)}, which {cls.__name__} does not take"
+            )
+    return instantiate(model, **kwargs, _convert_="all")
+
+
 def config_errors(main: Callable) -> Callable:
     """An `@hydra.main` entry point whose config errors are one `error: ...` line and exit 1, as
     report_errors makes bad input: an override Hydra cannot parse or apply (a misspelt key, an
