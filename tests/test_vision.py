@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from src.data.images import ImageDataModule, read_idx, stratified_split
-from src.models.image import CNN, CNNConfig, Ensemble, ViT, ViTConfig, load_classifier
+from src.models.image import CNN, CNNConfig, ViT, ViTConfig, load_classifier
 from src.nn.patch import PatchEmbedding, grid_size, patchify, unpatchify
 from src.nn.positional import SinusoidalPositionalEncoding2D
 from src.utils.errors import PipelineError
@@ -323,20 +323,10 @@ def test_the_vit_learns_the_digits_through_the_entry_point(tmp_path):
     learn_digits(tmp_path, "vit", "model=vit")
 
 
-def test_an_ensemble_votes_by_its_mean_probabilities():
-    torch.manual_seed(0)
-    nets = [CNN(CNNConfig(image_size=(8, 8), widths=(4,))).eval() for _ in range(2)]
-    x = torch.randn(5, 1, 8, 8)
-    p = [net(x).softmax(-1) for net in nets]
-    assert torch.allclose(Ensemble(nets)(x).exp(), (p[0] + p[1]) / 2, atol=1e-6)
-    assert torch.allclose(Ensemble(nets[:1])(x), nets[0](x).log_softmax(-1), atol=1e-6)
-
-
 def test_the_cnn_learns_the_digits_and_teaches_a_vit_that_keeps_no_copy_of_it(tmp_path):
     learn_digits(tmp_path, "cnn", "model=cnn")
     teacher = next((tmp_path / "cnn" / "checkpoints").glob("best-*.ckpt"))
-    last = tmp_path / "cnn" / "checkpoints" / "last.ckpt"  # two teachers voting
-    learn_digits(tmp_path, "student", "model=vit", f"model.teacher=[{teacher},{last}]")
+    learn_digits(tmp_path, "student", "model=vit", f"model.teacher={teacher}")
     student = next((tmp_path / "student" / "checkpoints").glob("best-*.ckpt"))
     state = torch.load(student, weights_only=True)["state_dict"]
     assert not any(k.startswith("teacher") for k in state)

@@ -109,17 +109,6 @@ class CNN(nn.Module):
         return self.head(self.features(images).mean(dim=(2, 3)))
 
 
-class Ensemble(nn.Module):
-    """Classifiers voting: (B, C, H, W) -> the log of their mean probabilities (B, classes)."""
-
-    def __init__(self, nets: list[nn.Module]):
-        super().__init__()
-        self.nets = nn.ModuleList(nets)
-
-    def forward(self, images: Tensor) -> Tensor:
-        return torch.stack([net(images).softmax(-1) for net in self.nets]).mean(0).log()
-
-
 def build_net(net: dict, **sizes) -> ViT | CNN:
     """net.arch: vit (the default) | cnn; sizes: image_size, channels, num_classes."""
     net = dict(net)
@@ -133,15 +122,13 @@ class ImageClassifier(TransformerModule):
     """Cross-entropy training of a ViT or CNN with AdamW, warm-up and cosine decay, optionally
     with label smoothing and mixup (each batch mixed with a shuffled copy of itself, images and
     targets alike, by lambda ~ Beta(mixup, mixup)); logs loss, accuracy and macro-F1 on every
-    split. With a teacher (the checkpoint of a classifier trained on the same data, say the CNN,
-    or a list of them voting by their mean probabilities),
+    split. With a teacher (the checkpoint of a classifier trained on the same data, say the CNN),
     DeiT's hard distillation (Touvron et al. 2021): the teacher's label of each training input,
     augmented and mixed as the student sees it, is a second target, weighted by `distill`; a
     Transformer learns the convolution's biases from it."""
 
     def __init__(self, net: dict, optim: dict, image_size, channels: int, num_classes: int,
-                 mixup: float = 0.0, label_smoothing: float = 0.0,
-                 teacher: str | list[str] | None = None,
+                 mixup: float = 0.0, label_smoothing: float = 0.0, teacher: str | None = None,
                  distill: float = 0.5):  # fmt: skip
         super().__init__()
         self.save_hyperparameters()
@@ -160,10 +147,8 @@ class ImageClassifier(TransformerModule):
     def on_fit_start(self) -> None:
         hp = self.hparams
         if hp.teacher:  # not a submodule: checkpoints hold the student alone
-            paths = [hp.teacher] if isinstance(hp.teacher, str) else hp.teacher
-            nets = [load_classifier(p, hp.image_size, hp.num_classes) for p in paths]
-            net = nets[0] if len(nets) == 1 else Ensemble(nets)
-            object.__setattr__(self, "teacher", net.to(self.device))
+            net = load_classifier(hp.teacher, hp.image_size, hp.num_classes).to(self.device)
+            object.__setattr__(self, "teacher", net)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)
