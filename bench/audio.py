@@ -10,7 +10,7 @@ speaker are test).
 
 Each model runs its recipe, `experiment=cnn_fsdd | ast_fsdd`: both on the same 20 x 20 log-mels
 (`data=fsdd_small`, CNNWordReco's features), the CNN without augmentation for 650 steps of 32
-(about CNNWordReco's 10 epochs), then the AST with warps, SpecAugment and mixup for 2,000 steps
+(about CNNWordReco's 10 epochs), then the AST with warps, SpecAugment and mixup for 2,400 steps
 of 64, distilled from the CNN trained on the same split (DeiT's hard distillation,
 `model.teacher=<the CNN's best checkpoint>`; `--teacher none`: the AST alone); --ast-steps /
 --cnn-steps change the steps.
@@ -97,9 +97,12 @@ def train(model: str, split: list[str], steps: int | None, run_dir: Path,
 
 def epoch_seconds(run_dir: Path, data: DictConfig) -> float:
     """Seconds of one training epoch: the train split's size over the spectrograms a second of
-    training steps (Throughput's train/images_per_sec, averaged over the run)."""
+    training steps (Throughput's train/images_per_sec, averaged over the run); NaN when the run
+    was too short to log it."""
     rows = list(csv.DictReader((run_dir / "csv" / "metrics.csv").read_text().splitlines()))
     rates = [float(r["train/images_per_sec"]) for r in rows if r.get("train/images_per_sec")]
+    if not rates:
+        return float("nan")
     splits = instantiate(data, processed_dir=str(ROOT / data.processed_dir)).split_rows()
     return round(len(splits["train"]) / fmean(rates), 2)
 
