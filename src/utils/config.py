@@ -143,18 +143,18 @@ def instantiate_model(model: DictConfig, data: object):
     error line naming both, not a TypeError from deep inside Hydra."""
     import inspect
 
-    from hydra.utils import get_class, instantiate
+    from hydra.utils import get_object, instantiate
 
     from src.utils.errors import PipelineError
 
-    kwargs, cls = data.model_kwargs, get_class(model._target_)
-    params = inspect.signature(cls).parameters.values()
+    kwargs, target = data.model_kwargs, get_object(model._target_)  # a class or a factory
+    params = inspect.signature(target).parameters.values()
     if all(p.kind != p.VAR_KEYWORD for p in params):
         foreign = sorted(set(kwargs) - {p.name for p in params})
         if foreign:
             raise PipelineError(
-                f"{cls.__name__} does not train on {type(data).__name__}'s data: the data "
-                f"sets {', '.join(foreign)}, which {cls.__name__} does not take"
+                f"{target.__name__} does not train on {type(data).__name__}'s data: the data "
+                f"sets {', '.join(foreign)}, which {target.__name__} does not take"
             )
     return instantiate(model, **kwargs, _convert_="all")
 
