@@ -156,6 +156,37 @@ def test_normalisation_statistics_come_from_the_training_split_only(fsdd, tmp_pa
     assert abs(float(features.mean()) - train.mean) > 1e-3  # all rows would give another
 
 
+@pytest.mark.parametrize("scale", [False, True])
+def test_speaker_norm_centres_each_voice_per_mel_band_with_its_own_recordings(scale):
+    from src.data.audio import speaker_normalised
+
+    rng = np.random.default_rng(0)
+    speakers = np.array(["ann", "bob", "ann", "bob", "bob"])
+    voices = {"ann": rng.normal(3, 2, (4, 1)), "bob": rng.normal(-1, 5, (4, 1))}  # per band
+    x = rng.normal(size=(5, 4, 6)) + np.stack([voices[s] for s in speakers])
+    out = speaker_normalised(x, speakers, scale=scale)
+    for speaker in voices:
+        voice = out[speakers == speaker]
+        np.testing.assert_allclose(voice.mean(axis=(0, 2)), 0, atol=1e-5)
+        if scale:
+            np.testing.assert_allclose(voice.std(axis=(0, 2)), 1, atol=1e-4)
+    # a band's course over time in one recording (the word) is only shifted and scaled
+    band_std = x[speakers == "ann"].std(axis=(0, 2))[:, None] if scale else 1.0
+    np.testing.assert_allclose(np.diff(out[0], axis=1), np.diff(x[0], axis=1) / band_std, atol=1e-4)
+    with pytest.raises(PipelineError, match="speaker"):
+        speaker_normalised(x, np.array(["ann", "", "ann", "bob", "bob"]), scale=scale)
+
+
+def test_speaker_norm_in_the_data_module_uses_the_unheard_speakers_own_statistics(fsdd, tmp_path):
+    dm = module(fsdd, tmp_path, pattern=FSDD, split="speaker", test_speakers=["theo"],
+                speaker_norm="meanvar")  # fmt: skip
+    test = torch.stack([dm.splits["test"][i][0][0] for i in range(len(dm.splits["test"]))])
+    bands = test.permute(1, 0, 2).flatten(1)  # (n_mels, recordings x frames)
+    assert bands.std(1).std() < 1e-3  # every band of theo's alike, after the global scaling
+    with pytest.raises(PipelineError, match="speaker_norm"):
+        AudioDataModule(processed_dir=str(tmp_path), speaker_norm="cmvn")
+
+
 @pytest.mark.parametrize("fold", [0, 1, 2])
 def test_the_speaker_split_never_puts_one_speaker_on_both_sides(fsdd, tmp_path, fold):
     dm = module(fsdd, tmp_path, pattern=FSDD, split="speaker", fold=fold)

@@ -29,7 +29,8 @@ Splits (at set-up, from the manifest, so that changing them does not recompute s
 never seen in training, and val is a stratified share of the other speakers' files;
 `split=official` is FSDD's: takes 0-4 of every speaker are test. Batches are (x, y), y the label
 or, with `target=speaker`, the speaker (a voice classifier, split at random or officially), x
-(B, 1, n_mels, frames) normalised with the mean and std of the train split's spectrograms;
+(B, 1, n_mels, frames) normalised with the mean and std of the train split's spectrograms (with
+`speaker_norm`, each speaker's bands first brought to mean 0, and std 1, over their recordings);
 training spectrograms get SpecAugment's masks: one band of up to `freq_mask` mel bands and one of
 up to `time_mask` frames set to the mean.
 
@@ -180,6 +181,26 @@ def rescale(x: torch.Tensor, axis: int, factor: float) -> torch.Tensor:
     return x.index_select(axis, lo) * (1 - w) + x.index_select(axis, (lo + 1).clamp(max=n - 1)) * w
 
 
+def speaker_normalised(x: np.ndarray, speakers: np.ndarray, scale: bool) -> np.ndarray:
+    """x (N, n_mels, frames) with each speaker's mean per mel band, over all of that speaker's
+    recordings, subtracted (and with `scale` divided by the band's std): per-speaker CMVN, as in
+    speaker-adapted recognisers. A voice's long-term spectrum (its formants, its microphone) goes;
+    the words stay. No labels are used, so an unheard speaker's statistics come from their own
+    unlabelled recordings."""
+    if (speakers == "").any():
+        raise PipelineError("data.speaker_norm needs the speaker of every file "
+                            "(data.pattern with a (?P<speaker>...) group)")  # fmt: skip
+    out = np.array(x, dtype=np.float32)
+    for speaker in np.unique(speakers):
+        rows = speakers == speaker
+        voice = out[rows]  # (n, n_mels, frames)
+        voice -= voice.mean(axis=(0, 2), keepdims=True)
+        if scale:
+            voice /= voice.std(axis=(0, 2), keepdims=True) + 1e-6
+        out[rows] = voice
+    return out
+
+
 class Spectrograms(Dataset):
     """One split's log-mels as (1, n_mels, frames) tensors normalised by the train mean and std.
     Augmented in training: each axis stretched by a random factor within 1 +- warp (mel axis:
@@ -248,6 +269,7 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         time_mask: int = 0,
         freq_warp: float = 0.0,
         time_warp: float = 0.0,
+        speaker_norm: str = "none",
         codes: int | None = None,
         stack: int = 2,
         batch_size: int = 64,
@@ -266,6 +288,11 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
                 "data.target=speaker classifies voices: it needs the speakers "
                 "in training (data.split=random or official), no data.codes"
             )
+        if speaker_norm not in ("none", "mean", "meanvar"):
+            raise PipelineError(f"data.speaker_norm={speaker_norm!r}: choose none, mean or meanvar")
+        if speaker_norm != "none" and (codes or target == "speaker"):
+            raise PipelineError("data.speaker_norm removes the voice: it is for word classifiers, "
+                                "not data.target=speaker or data.codes")  # fmt: skip
         if split == "speaker" and not test_speakers and fold is None:
             raise PipelineError("data.split=speaker needs data.test_speakers=[...] or data.fold=K")
         if root is None and dataset is None:
@@ -441,7 +468,8 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         if self.hparams.codes:
             return {**self.mel_settings(), "stack": self.hparams.stack,
                     "codebook": np.load(self._codebook_file()).tolist()}  # fmt: skip
-        return {**self.mel_settings(), "mean": self.mean, "std": self.std, "classes": self.classes}
+        return {**self.mel_settings(), "mean": self.mean, "std": self.std, "classes": self.classes,
+                "speaker_norm": self.hparams.speaker_norm}  # fmt: skip
 
     def recordings(self, split: str, n: int | None = None) -> list[np.ndarray]:
         """The samples of a split's (first n) recordings, as read for the spectrograms."""
@@ -459,6 +487,8 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         if hp.codes:
             self._setup_speech(x, rows)
             return
+        if hp.speaker_norm != "none":
+            x = speaker_normalised(x, self.manifest()[1], scale=hp.speaker_norm == "meanvar")
         train_x = np.asarray(x[rows["train"]])
         self.mean, self.std = float(train_x.mean()), float(train_x.std()) + 1e-6
         for split in SPLITS:

@@ -46,6 +46,9 @@ class Listener:
         self.state = load_checkpoint(path).get("AudioDataModule", {})
         if "mean" not in self.state:
             raise PipelineError(f"{path}: not an audio classifier (model=ast | cnn, data=audio)")
+        if self.state.get("speaker_norm", "none") != "none":  # it needs many takes of a voice
+            raise PipelineError(f"{path}: trained with data.speaker_norm, it cannot judge "
+                                "single recordings; train the judge without it")  # fmt: skip
 
     @torch.no_grad()
     def __call__(self, waves: list[np.ndarray]) -> list[str]:
