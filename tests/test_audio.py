@@ -296,6 +296,19 @@ def test_a_model_made_for_other_data_is_one_error_line(fsdd, tmp_path):
                           "block_size")  # fmt: skip
 
 
+def test_a_teacher_trained_on_differently_prepared_data_is_one_error_line(fsdd, tmp_path):
+    common = [f"data.root={fsdd}", "trainer.max_steps=2", "logger=csv",
+              f"paths.data_dir={tmp_path / 'data'}"]  # fmt: skip
+    proc = run_module("src.train", "experiment=cnn_fsdd", "data.speaker_norm=none", *common,
+                      f"hydra.run.dir={tmp_path / 'cnn'}")  # fmt: skip
+    assert_ok(proc)
+    teacher = tmp_path / "cnn" / "checkpoints" / "last.ckpt"
+    proc = run_module("src.train", "experiment=ast_fsdd", f"model.teacher={teacher}", *common,
+                      f"hydra.run.dir={tmp_path / 'ast'}")  # fmt: skip
+    assert_one_error_line(proc, "was trained on data prepared otherwise",
+                          "data.speaker_norm=none (here meanvar)")  # fmt: skip
+
+
 # ---------------------------------------------------------------- models through the entry point
 
 

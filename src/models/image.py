@@ -148,6 +148,7 @@ class ImageClassifier(TransformerModule):
         hp = self.hparams
         if hp.teacher:  # not a submodule: checkpoints hold the student alone
             net = load_classifier(hp.teacher, hp.image_size, hp.num_classes).to(self.device)
+            check_same_preparation(hp.teacher, self.trainer.datamodule)
             object.__setattr__(self, "teacher", net)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -193,6 +194,22 @@ class ImageClassifier(TransformerModule):
     def test_step(self, batch, batch_idx: int) -> None:
         self._eval_step("test", batch)
         self.confusion.update(self(batch[0]), batch[1])
+
+
+def check_same_preparation(path, datamodule) -> None:
+    """A teacher must see inputs prepared as the student's (the same mel settings, the same
+    per-speaker normalisation): its data's saved settings are compared with this data's, all but
+    the split's own mean and std."""
+    from src.utils.checkpoint import load_checkpoint
+
+    if datamodule is None or not hasattr(datamodule, "state_dict"):
+        return
+    seen = load_checkpoint(path).get(type(datamodule).__qualname__, {})
+    ours = datamodule.state_dict()
+    shared = sorted(seen.keys() & ours.keys() - {"mean", "std"})
+    if differ := [f"data.{k}={seen[k]} (here {ours[k]})" for k in shared if seen[k] != ours[k]]:
+        raise PipelineError(f"model.teacher={path} was trained on data prepared otherwise: "
+                            + ", ".join(differ))  # fmt: skip
 
 
 def load_classifier(path, image_size=None, num_classes: int | None = None) -> ViT | CNN:
