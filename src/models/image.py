@@ -147,8 +147,8 @@ class ImageClassifier(TransformerModule):
     def on_fit_start(self) -> None:
         hp = self.hparams
         if hp.teacher:  # not a submodule: checkpoints hold the student alone
-            net = load_classifier(hp.teacher, hp.image_size, hp.num_classes).to(self.device)
-            check_same_preparation(hp.teacher, self.trainer.datamodule)
+            net = load_classifier(hp.teacher, hp.image_size, hp.num_classes,
+                                  self.trainer.datamodule).to(self.device)  # fmt: skip
             object.__setattr__(self, "teacher", net)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -196,28 +196,15 @@ class ImageClassifier(TransformerModule):
         self.confusion.update(self(batch[0]), batch[1])
 
 
-def check_same_preparation(path, datamodule) -> None:
-    """A teacher must see inputs prepared as the student's (the same mel settings, the same
-    per-speaker normalisation): its data's saved settings are compared with this data's, all but
-    the split's own mean and std."""
-    from src.utils.checkpoint import load_checkpoint
-
-    if datamodule is None or not hasattr(datamodule, "state_dict"):
-        return
-    seen = load_checkpoint(path).get(type(datamodule).__qualname__, {})
-    ours = datamodule.state_dict()
-    shared = sorted(seen.keys() & ours.keys() - {"mean", "std"})
-    if differ := [f"data.{k}={seen[k]} (here {ours[k]})" for k in shared if seen[k] != ours[k]]:
-        raise PipelineError(f"model.teacher={path} was trained on data prepared otherwise: "
-                            + ", ".join(differ))  # fmt: skip
-
-
-def load_classifier(path, image_size=None, num_classes: int | None = None) -> ViT | CNN:
+def load_classifier(path, image_size=None, num_classes: int | None = None,
+                    datamodule=None) -> ViT | CNN:  # fmt: skip
     """An image classifier's checkpoint (model=vit | cnn | ast) -> its network in eval mode,
-    loaded with weights_only=True; with image_size and num_classes, checked to fit them."""
+    loaded with weights_only=True; with image_size and num_classes, checked to fit them, and with
+    a datamodule, checked to have been trained on data prepared as that one's."""
     from src.utils.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(path, expected_class=f"{__name__}.ImageClassifier")
+    check_same_preparation(path, ckpt, datamodule)
     hp = ckpt["hyper_parameters"]
     made_for = (tuple(hp["image_size"]), hp["num_classes"])
     if image_size is not None and made_for != (tuple(image_size), num_classes):
@@ -228,3 +215,17 @@ def load_classifier(path, image_size=None, num_classes: int | None = None) -> Vi
     model = ImageClassifier(**hp)
     model.load_state_dict(ckpt["state_dict"])
     return model.net.eval()
+
+
+def check_same_preparation(path, ckpt: dict, datamodule) -> None:
+    """A teacher must see inputs prepared as the student's (the same mel settings, the same
+    per-speaker normalisation): its data's saved settings are compared with this data's, all but
+    the split's own mean and std."""
+    if datamodule is None or not hasattr(datamodule, "state_dict"):
+        return
+    seen = ckpt.get(type(datamodule).__qualname__, {})
+    ours = datamodule.state_dict()
+    shared = sorted(seen.keys() & ours.keys() - {"mean", "std"})
+    if differ := [f"data.{k}={seen[k]} (here {ours[k]})" for k in shared if seen[k] != ours[k]]:
+        raise PipelineError(f"model.teacher={path} was trained on data prepared otherwise: "
+                            + ", ".join(differ))  # fmt: skip
