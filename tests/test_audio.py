@@ -336,7 +336,7 @@ def test_ast_and_cnn_learn_spoken_digits_through_the_entry_point(fsdd, tmp_path,
     assert (run / "attention.png").exists() == (model == "ast")
     if "experiment=ast_fsdd" in recipe:
         ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-        assert ckpt["state_dict"]["net.pos"].shape[1] == 1 + 25  # 4 x 4 patches of 20 x 20
+        assert ckpt["state_dict"]["net.pos"].shape[1] == 1 + 36  # 6 x 6 patches of 20 x 20
     if "experiment=cnn_fsdd" in recipe:  # data=fsdd_small's speaker_norm needs many takes
         from src.models.speech import Listener
 
