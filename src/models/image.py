@@ -221,7 +221,7 @@ def check_same_preparation(path, ckpt: dict, datamodule) -> None:
     """A teacher must see inputs prepared as the student's (the same mel settings, the same
     per-speaker normalisation): its data's saved settings are compared with this data's, all but
     the split's own mean and std."""
-    if datamodule is None or not hasattr(datamodule, "state_dict"):
+    if datamodule is None:  # dataloaders passed to fit directly: nothing saved to compare
         return
     seen = ckpt.get(type(datamodule).__qualname__, {})
     ours = datamodule.state_dict()
