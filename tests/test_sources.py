@@ -21,7 +21,7 @@ import pytest
 
 from src.data.sources import DATASETS, Download, RawDataset, fetch, lookup
 from src.utils.errors import PipelineError
-from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
+from tests.conftest import MIRROR, ON_SAMPLES, assert_ok, assert_one_error_line, run_module
 
 # the registered datasets whose mirror copy is the pinned upstream file, byte for byte
 IDENTICAL = ["tinyshakespeare", "planetoid/Cora", "TUDataset/MUTAG", "esol", "mnist", "fsdd"]
@@ -114,6 +114,8 @@ def test_every_registered_download_is_pinned():
 def test_pins_match_the_mirror_copies(name):
     """The mirror's files are the upstream ones: their sizes and SHA-256 are the pinned ones."""
     ds = in_mirror(name)
+    if ON_SAMPLES and name == "mnist":
+        pytest.skip("the repository's MNIST is a 500-image cut, not the upstream file")
     checked = 0
     for d in ds.downloads:
         f = MIRROR / ds.folder / d.target
