@@ -17,10 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # network runs every test. Tests whose dataset a given mirror lacks are skipped.
 SAMPLES = ROOT / "tests" / "data"
 MIRROR = Path(os.environ.get("DATA_MIRROR") or SAMPLES).resolve()
-ON_SAMPLES = MIRROR == SAMPLES.resolve()
+ON_SAMPLES = SAMPLES.resolve() == MIRROR
 os.environ["DATA_MIRROR"] = str(MIRROR)  # seen by every run, in process or in a subprocess
 SHAKESPEARE = MIRROR / "tinyshakespeare" / "input.txt"
 ESOL_CSV = MIRROR / "esol" / "delaney-processed.csv"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def project_root_in_tmp(tmp_path_factory) -> None:
+    """paths.root_dir ($PROJECT_ROOT) in a temporary folder: a run that names no hydra.run.dir or
+    paths.data_dir writes there (outputs/, data/), never into the clone."""
+    os.environ["PROJECT_ROOT"] = str(tmp_path_factory.mktemp("project"))
 
 
 @pytest.fixture

@@ -187,7 +187,8 @@ def test_a_folder_of_t10k_files_alone_is_split_80_10_10(tmp_path):
         n = int.from_bytes(f.read(8)[4:], "big")
     counts = dm.meta["images"]  # 80/10/10 of each digit's images, rounded per digit
     assert sum(counts.values()) == n
-    assert all(abs(counts[s] - f * n) <= 5 for s, f in (("train", 0.8), ("val", 0.1), ("test", 0.1)))
+    shares = {"train": 0.8, "val": 0.1, "test": 0.1}
+    assert all(abs(counts[s] - f * n) <= 5 for s, f in shares.items())
     assert dm.meta["image_size"] == [28, 28]
 
 
