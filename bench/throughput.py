@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from src.models.gpt import flops_per_token
 from src.utils.summary import emit_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,13 +41,6 @@ MODELS = {  # L, H, D, T, batch per process
     "gpt2-small": dict(n_layer=12, n_head=12, d_model=768, block_size=1024, batch_size=16),
 }
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense tensor-core FLOP/s
-
-
-def flops_per_token(m: dict, params: float, vocab: int) -> float:
-    """Training FLOPs per token: 6 N for the matrix multiplications of N non-embedding
-    parameters (2 forward, 4 backward) plus 12 L D T for attention's QK^T and AV."""
-    embedding = vocab * m["d_model"] + m["block_size"] * m["d_model"]
-    return 6 * (params - embedding) + 12 * m["n_layer"] * m["d_model"] * m["block_size"]
 
 
 def devices(setup: str) -> tuple[int, str]:

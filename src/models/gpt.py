@@ -38,6 +38,13 @@ class GPT(TokenTransformer):
         return self.forward(idx[:, -self.cfg.block_size :], last_only=True)[:, -1]
 
 
+def flops_per_token(m: dict, params: float, vocab: int) -> float:
+    """Training FLOPs per token: 6 N for the matrix multiplications of N non-embedding
+    parameters (2 forward, 4 backward) plus 12 L D T for attention's QK^T and AV."""
+    embedding = vocab * m["d_model"] + m["block_size"] * m["d_model"]
+    return 6 * (params - embedding) + 12 * m["n_layer"] * m["d_model"] * m["block_size"]
+
+
 class LanguageModelMetrics(pl.LightningModule):
     """val/ and test/ loss (nats per token), perplexity and bits per token of a causal language
     model over the data's evaluation windows (x, y). Subclasses give `_loss(batch)`."""
