@@ -12,18 +12,15 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from src.data import text
+from src.data import corpus, text
+from src.data.corpus import Corpus, corpus_files, prepare_corpus, stdlib_files
 from src.data.text import (
+    EOS,
     SPECIAL_TOKENS,
     RandomWindowSampler,
     TextDataModule,
     TokenWindows,
-    corpus_files,
-    encode_documents,
     load_tokenizer,
-    prepare_corpus,
-    read_documents,
-    stdlib_files,
     train_tokenizer,
 )
 from src.utils.errors import PipelineError
@@ -49,6 +46,24 @@ def small_file(tmp_path, small_text) -> Path:
     f = tmp_path / "small.txt"
     f.write_text(small_text, encoding="utf-8")
     return f
+
+
+def encode_documents(tok, docs: list[str]) -> np.ndarray:
+    """The stream prepare_corpus writes: each document's ids and an EOS, none after a lone one."""
+    eos = tok.token_to_id(EOS)
+    ids = [i for d in docs for i in [*tok.encode(d).ids, eos]]
+    return np.asarray(ids[:-1] if len(docs) == 1 else ids)
+
+
+def documents(source: Corpus) -> list[str]:
+    """The corpus's documents, their pieces joined."""
+    docs, parts = [], []
+    for piece, ends, _ in source.pieces():
+        parts.append(piece)
+        if ends:
+            docs.append("".join(parts))
+            parts = []
+    return docs
 
 
 @pytest.fixture(scope="session")
@@ -104,24 +119,26 @@ def test_corpus_files_file_folder_and_errors(tmp_path):
         corpus_files(str(folder), "*.rst")
 
 
-def test_read_documents_empty_binary_and_mixed(tmp_path):
+def test_empty_binary_and_mixed_corpora(tmp_path):
     """Empty corpora and a lone non-UTF-8 file are errors; a binary file in a folder is skipped."""
-    empty = tmp_path / "empty.txt"
+    out = tmp_path / "proc"
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    empty = folder / "empty.txt"
     empty.write_text("  \n")
-    with pytest.raises(PipelineError, match="empty"):
-        read_documents([empty])
+    with pytest.raises(PipelineError, match="corpus is empty"):
+        prepare_corpus(out, Corpus(empty), "char", None, (0.9, 0.05, 0.05))
 
-    binary = tmp_path / "blob.bin"
+    binary = folder / "blob.bin"
     binary.write_bytes(b"\xff\xfe\x00\x81 not utf-8 \xc3\x28")
     with pytest.raises(PipelineError, match="UTF-8"):
-        read_documents([binary])
+        documents(Corpus(binary))
+    with pytest.raises(PipelineError, match="corpus is empty"):  # [blob.bin, empty.txt]
+        prepare_corpus(out, Corpus(folder), "char", None, (0.9, 0.05, 0.05))
 
-    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
-    a.write_text("first document")
-    b.write_text("second document")
-    assert read_documents([a, binary, b, empty]) == ["first document", "second document"]
-    with pytest.raises(PipelineError, match="empty"):
-        read_documents([binary, empty])
+    (folder / "a.txt").write_text("first document")
+    (folder / "b.txt").write_text("second document")
+    assert documents(Corpus(folder)) == ["first document", "second document"]
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -171,21 +188,22 @@ def test_unknown_tokenizer_and_bpe_without_vocab():
         train_tokenizer("bpe", ["abc"], None)
 
 
-def test_encode_documents_separates_with_eos(bpe):
-    """Documents are joined by one EOS each; a single document has no separator."""
+def test_documents_are_separated_by_one_eos_and_a_lone_one_has_none(tmp_path, bpe):
     eos = bpe.token_to_id("<|endoftext|>")
     docs = ["First citizen speaks.", "Second citizen answers.", "Third."]
-    ids = encode_documents(bpe, docs)
-    assert ids.dtype == np.int64
-    expected = []
-    for d in docs:
-        expected += [*bpe.encode(d).ids, eos]
-    assert ids.tolist() == expected
-    assert bpe.decode(ids.tolist()) == "".join(docs)  # EOS is skipped on decode
-
-    single = encode_documents(bpe, docs[:1])
-    assert single.tolist() == bpe.encode(docs[0]).ids
-    assert eos not in single.tolist()
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i, d in enumerate(docs):
+        (folder / f"{i}.txt").write_text(d)
+    tokenizer = tmp_path / "bpe.json"
+    bpe.save(str(tokenizer))
+    for source, expected in ((folder, docs), (folder / "0.txt", docs[:1])):
+        out = tmp_path / "out" / source.name
+        prepare_corpus(out, Corpus(source), "bpe", None, (0.34, 0.33, 0.33), str(tokenizer))
+        ids = np.concatenate(list(bins(out, "uint16").values())).tolist()
+        stream = [i for d in expected for i in [*bpe.encode(d).ids, eos]]
+        assert ids == (stream[:-1] if len(expected) == 1 else stream)
+        assert bpe.decode(ids) == "".join(expected)  # EOS is skipped on decode
 
 
 # --------------------------------------------------------------------------- prepare_corpus
@@ -195,7 +213,7 @@ def test_encode_documents_separates_with_eos(bpe):
 def test_prepare_corpus_writes_contiguous_splits(tmp_path, small_file, splits):
     """train/val/test.bin concatenate to the full token stream, cut at the split fractions."""
     out = tmp_path / "proc" / "small-char"
-    prepare_corpus(out, [small_file], "char", None, splits)
+    prepare_corpus(out, Corpus(small_file), "char", None, splits)
     assert sorted(p.name for p in out.iterdir()) == [
         "meta.json",
         "test.bin",
@@ -210,7 +228,7 @@ def test_prepare_corpus_writes_contiguous_splits(tmp_path, small_file, splits):
 
     tok = load_tokenizer((out / "tokenizer.json").read_text())
     assert meta["vocab_size"] == tok.get_vocab_size()
-    stream = encode_documents(tok, read_documents([small_file]))
+    stream = encode_documents(tok, documents(Corpus(small_file)))
     parts = bins(out, meta["dtype"])
     assert np.array_equal(np.concatenate(list(parts.values())), stream)
     n = len(stream)
@@ -226,16 +244,16 @@ def test_prepare_corpus_bpe_multi_document_stream(tmp_path, small_text):
     folder.mkdir()
     for i in range(4):
         (folder / f"{i}.txt").write_text(small_text[i * 20_000 : (i + 1) * 20_000])
-    files = corpus_files(str(folder), "*.txt")
+    source = Corpus(folder, "*.txt")
     out = tmp_path / "proc"
-    prepare_corpus(out, files, "bpe", 350, (0.8, 0.1, 0.1))
+    prepare_corpus(out, source, "bpe", 350, (0.8, 0.1, 0.1))
     meta = json.loads((out / "meta.json").read_text())
     assert meta["documents"] == 4
     assert meta["vocab_size"] == 350
     assert meta["dtype"] == "uint16"
     tok = load_tokenizer((out / "tokenizer.json").read_text())
     stream = np.concatenate(list(bins(out, meta["dtype"]).values()))
-    assert np.array_equal(stream, encode_documents(tok, read_documents(files)))
+    assert np.array_equal(stream, encode_documents(tok, documents(source)))
     assert (stream == 0).sum() == 4  # one EOS after each document
     assert tok.decode(stream.tolist()) == small_text[:80_000]
 
@@ -243,38 +261,38 @@ def test_prepare_corpus_bpe_multi_document_stream(tmp_path, small_text):
 def test_prepare_corpus_second_call_does_no_work(tmp_path, small_file, monkeypatch):
     """Identical inputs and settings skip preparation and leave the files untouched."""
     out = tmp_path / "proc"
-    prepare_corpus(out, [small_file], "char", None, (0.9, 0.05, 0.05))
+    prepare_corpus(out, Corpus(small_file), "char", None, (0.9, 0.05, 0.05))
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
 
     def boom(*args, **kwargs):
         raise AssertionError("the tokenizer was trained again")
 
-    monkeypatch.setattr(text, "train_tokenizer", boom)
-    prepare_corpus(out, [small_file], "char", None, [0.9, 0.05, 0.05])
+    monkeypatch.setattr(corpus, "train_tokenizer", boom)
+    prepare_corpus(out, Corpus(small_file), "char", None, [0.9, 0.05, 0.05])
     # vocab_size does not matter to the char tokenizer
-    prepare_corpus(out, [small_file], "char", 1234, (0.9, 0.05, 0.05))
+    prepare_corpus(out, Corpus(small_file), "char", 1234, (0.9, 0.05, 0.05))
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
 
 
 def test_prepare_corpus_rebuilds_on_changed_settings(tmp_path, small_file):
     """A new vocab_size, new splits or a changed file rebuilds the output."""
     out = tmp_path / "proc"
-    prepare_corpus(out, [small_file], "bpe", 300, (0.9, 0.05, 0.05))
+    prepare_corpus(out, Corpus(small_file), "bpe", 300, (0.9, 0.05, 0.05))
     meta1 = json.loads((out / "meta.json").read_text())
     assert meta1["vocab_size"] == 300
 
-    prepare_corpus(out, [small_file], "bpe", 400, (0.9, 0.05, 0.05))
+    prepare_corpus(out, Corpus(small_file), "bpe", 400, (0.9, 0.05, 0.05))
     meta2 = json.loads((out / "meta.json").read_text())
     assert meta2["vocab_size"] == 400
     assert meta2["fingerprint"] != meta1["fingerprint"]
 
-    prepare_corpus(out, [small_file], "bpe", 400, (0.5, 0.25, 0.25))
+    prepare_corpus(out, Corpus(small_file), "bpe", 400, (0.5, 0.25, 0.25))
     meta3 = json.loads((out / "meta.json").read_text())
     assert meta3["tokens"]["train"] == sum(meta3["tokens"].values()) // 2
     assert meta3["fingerprint"] != meta2["fingerprint"]
 
     small_file.write_text(small_file.read_text()[:50_000])
-    prepare_corpus(out, [small_file], "bpe", 400, (0.5, 0.25, 0.25))
+    prepare_corpus(out, Corpus(small_file), "bpe", 400, (0.5, 0.25, 0.25))
     meta4 = json.loads((out / "meta.json").read_text())
     assert meta4["characters"] == 50_000
     assert leftovers(tmp_path) == []
@@ -286,14 +304,14 @@ def test_prepare_corpus_rebuilds_on_changed_settings(tmp_path, small_file):
 def test_prepare_corpus_rejects_invalid_splits(tmp_path, small_file, splits):
     """Splits must sum to 1 with positive train and val fractions and no negative one."""
     with pytest.raises(PipelineError, match="splits"):
-        prepare_corpus(tmp_path / "proc", [small_file], "char", None, splits)
+        prepare_corpus(tmp_path / "proc", Corpus(small_file), "char", None, splits)
     assert list(tmp_path.iterdir()) == [small_file]
 
 
 def test_prepare_corpus_without_test_split(tmp_path, small_file):
     """A zero test fraction is allowed and gives an empty test.bin."""
     out = tmp_path / "proc"
-    prepare_corpus(out, [small_file], "char", None, (0.9, 0.1, 0.0))
+    prepare_corpus(out, Corpus(small_file), "char", None, (0.9, 0.1, 0.0))
     assert json.loads((out / "meta.json").read_text())["tokens"]["test"] == 0
 
 
@@ -310,48 +328,46 @@ class _SaveFails:
         raise OSError("disk full")
 
 
-def test_failed_preparation_leaves_nothing_behind(tmp_path, small_file, monkeypatch):
-    """A failure before or while writing leaves no output and no temporary folder."""
+def encode_fails(job):
+    raise RuntimeError("interrupted while encoding")
+
+
+def test_failed_preparation_leaves_no_output(tmp_path, small_file, monkeypatch):
+    """A failure while encoding or writing leaves no output; an interruption leaves the work
+    folder that the next run resumes from (tests/test_corpus.py), a PipelineError nothing."""
     out = tmp_path / "proc" / "corpus"
-
-    def encode_fails(tok, docs):
-        raise RuntimeError("interrupted while encoding")
-
     with monkeypatch.context() as m:
-        m.setattr(text, "encode_documents", encode_fails)
+        m.setattr(corpus, "_encode_chunk", encode_fails)
         with pytest.raises(RuntimeError, match="interrupted"):
-            prepare_corpus(out, [small_file], "char", None, (0.9, 0.05, 0.05))
+            prepare_corpus(out, Corpus(small_file), "char", None, (0.9, 0.05, 0.05), num_proc=1)
     assert not out.exists()
+    assert [p.name for p in leftovers(out.parent)] == [".corpus-work"]
 
+    out = tmp_path / "proc" / "other"
     real_train = text.train_tokenizer
-    monkeypatch.setattr(text, "train_tokenizer", lambda *a: _SaveFails(real_train(*a)))
+    monkeypatch.setattr(corpus, "train_tokenizer", lambda *a: _SaveFails(real_train(*a)))
     with pytest.raises(PipelineError, match="disk full"):
-        prepare_corpus(out, [small_file], "char", None, (0.9, 0.05, 0.05))
+        prepare_corpus(out, Corpus(small_file), "char", None, (0.9, 0.05, 0.05))
     assert not out.exists()
-    assert leftovers(out.parent) == []
+    assert [p.name for p in leftovers(out.parent)] == [".corpus-work"]  # only the interrupted
 
 
 def test_failed_rebuild_keeps_previous_output(tmp_path, small_file, monkeypatch):
     """A failed rebuild with new settings leaves the previous complete output intact."""
     out = tmp_path / "proc" / "corpus"
-    prepare_corpus(out, [small_file], "char", None, (0.9, 0.05, 0.05))
+    prepare_corpus(out, Corpus(small_file), "char", None, (0.9, 0.05, 0.05))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-
-    def encode_fails(tok, docs):
-        raise RuntimeError("interrupted while encoding")
-
     with monkeypatch.context() as m:
-        m.setattr(text, "encode_documents", encode_fails)
+        m.setattr(corpus, "_encode_chunk", encode_fails)
         with pytest.raises(RuntimeError):
-            prepare_corpus(out, [small_file], "char", None, (0.8, 0.1, 0.1))
+            prepare_corpus(out, Corpus(small_file), "char", None, (0.8, 0.1, 0.1), num_proc=1)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
     real_train = text.train_tokenizer
-    monkeypatch.setattr(text, "train_tokenizer", lambda *a: _SaveFails(real_train(*a)))
+    monkeypatch.setattr(corpus, "train_tokenizer", lambda *a: _SaveFails(real_train(*a)))
     with pytest.raises(PipelineError, match="disk full"):
-        prepare_corpus(out, [small_file], "char", None, (0.8, 0.1, 0.1))
-
+        prepare_corpus(out, Corpus(small_file), "char", None, (0.7, 0.2, 0.1))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert leftovers(out.parent) == []
 
 
 # --------------------------------------------------------------------------- windows

@@ -1,9 +1,9 @@
-"""Text corpora for language modelling: tokenise once into memmaps, then sample windows.
+"""Text corpora for language modelling: tokenizers, and windows sampled from token memmaps.
 
-Preparation (the DVC stage `prepare_text`, or the first run that needs it):
-  raw UTF-8 files -> tokenizer (character-level, byte-level BPE or word-level, trained with HF
-  `tokenizers`)
-  -> one token stream, documents separated by <|endoftext|> -> contiguous train/val/test splits
+Preparation (the DVC stage `prepare_text`, or the first run that needs it; src/data/corpus.py):
+  documents (text files, JSONL / Parquet rows, a saved or Hub dataset) -> tokenizer
+  (character-level, byte-level BPE or word-level, trained with HF `tokenizers`)
+  -> one token stream, documents separated by <|endoftext|> -> train/val/test parts
   -> `{train,val,test}.bin` (uint16/uint32 memmaps), `tokenizer.json`, `meta.json`.
 This is nanoGPT's scheme: the training loader then draws random windows of block_size + 1 tokens.
 
@@ -15,10 +15,9 @@ code and docstrings), which every machine that runs this pipeline has, network o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import sysconfig
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,6 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from src.data.sources import fetch, plain_name
 from src.utils.errors import PipelineError
-from src.utils.files import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -36,59 +34,13 @@ EOS, UNK, PAD, CLS, SEP, MASK = "<|endoftext|>", "<unk>", "<pad>", "<cls>", "<se
 SPECIAL_TOKENS = [EOS, UNK, PAD, CLS, SEP, MASK]  # ids 0..5 in every tokenizer built here
 PAD_ID, CLS_ID, MASK_ID = (SPECIAL_TOKENS.index(t) for t in (PAD, CLS, MASK))
 SPLITS = ("train", "val", "test")
-# Generated tables and test data are not the human-written text we want from the stdlib.
-STDLIB_EXCLUDE = {"site-packages", "test", "tests", "idle_test", "encodings", "pydoc_data"}
-
-
-# --------------------------------------------------------------------------- raw text
-
-
-def stdlib_files() -> list[Path]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    return sorted(
-        p for p in root.rglob("*.py") if not STDLIB_EXCLUDE & set(p.relative_to(root).parts)
-    )
-
-
-def corpus_files(path: str | None, glob: str) -> list[Path]:
-    """The files of a corpus: one file, the files of a folder matching `glob`, or the stdlib."""
-    if path is None:
-        return stdlib_files()
-    p = Path(path).expanduser()
-    if p.is_file():
-        return [p]
-    if p.is_dir():
-        files = sorted(f for f in p.glob(glob) if f.is_file())
-        if not files:
-            raise PipelineError(f"no files matching {glob!r} in corpus folder {p}")
-        return files
-    raise PipelineError(f"corpus not found: {p}")
-
-
-def read_documents(files: list[Path]) -> list[str]:
-    docs, skipped = [], 0
-    for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            skipped += 1  # a folder may hold binary or legacy-encoded files; a single file may not
-            if len(files) == 1:
-                raise PipelineError(f"corpus {f} is not UTF-8 text") from None
-            continue
-        if text.strip():
-            docs.append(text)
-    if skipped:
-        log.warning("skipped %d of %d files that are not UTF-8", skipped, len(files))
-    if not docs:
-        where = files[0] if len(files) == 1 else f"{len(files)} files"
-        raise PipelineError(f"corpus is empty: {where}")
-    return docs
 
 
 # --------------------------------------------------------------------------- tokenizers
 
 
-def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None, min_count: int = 1):
+def train_tokenizer(kind: str, docs: Iterable[str], vocab_size: int | None = None,
+                    min_count: int = 1):  # fmt: skip
     """Character-level, byte-level BPE or word-level, all as HF `tokenizers.Tokenizer`s with the
     same special tokens, so that one encode/decode/save path serves them all.
 
@@ -101,7 +53,10 @@ def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None, m
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if kind == "char":
-        chars = sorted(set().union(*map(set, docs)))
+        chars: set[str] = set()
+        for doc in docs:
+            chars |= set(doc)
+        chars = sorted(chars)
         vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + chars)}
         tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
         tok.decoder = decoders.Fuse()
@@ -117,7 +72,7 @@ def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None, m
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+        tok.train_from_iterator(docs, trainer=trainer)
     elif kind == "word":
         tok = Tokenizer(models.WordLevel(unk_token=UNK))
         tok.normalizer = normalizers.Lowercase()
@@ -132,7 +87,7 @@ def train_tokenizer(kind: str, docs: list[str], vocab_size: int | None = None, m
             special_tokens=SPECIAL_TOKENS,
             show_progress=False,
         )
-        tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
+        tok.train_from_iterator(docs, trainer=trainer)
     else:
         raise PipelineError(f"unknown tokenizer {kind!r}; choose char, bpe or word")
     tok.add_special_tokens(SPECIAL_TOKENS)  # never split "<mask>" etc. into characters
@@ -160,23 +115,6 @@ def load_tokenizer_file(path: str | Path):
     return tok
 
 
-def encode_documents(tokenizer, docs: list[str]) -> np.ndarray:
-    """One stream of ids, documents separated by EOS, tokenised by `datasets.map` in batches."""
-    from datasets import Dataset, disable_progress_bars
-
-    disable_progress_bars()
-    eos = tokenizer.token_to_id(EOS)
-    ds = Dataset.from_dict({"text": docs}).map(
-        lambda b: {"ids": [[*e.ids, eos] for e in tokenizer.encode_batch(b["text"])]},
-        batched=True,
-        remove_columns=["text"],
-        new_fingerprint="encode",  # the tokenizer is not hashable; nothing is cached on disk
-        keep_in_memory=True,
-    )
-    ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in ds["ids"]])
-    return ids[:-1] if len(docs) == 1 else ids  # one document: no separator needed
-
-
 def check_splits(splits) -> None:
     """data.splits: three train/val/test fractions, train and val positive, summing to 1."""
     numbers = (
@@ -196,68 +134,6 @@ def check_counts(**settings) -> None:
     for key, value in settings.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise PipelineError(f"data.{key}={value!r} must be a positive integer")
-
-
-def prepare_corpus(
-    out_dir: Path,
-    files: list[Path],
-    tokenizer: str,
-    vocab_size: int | None,
-    splits: tuple[float, float, float],
-    tokenizer_file: str | None = None,
-    min_count: int = 1,
-) -> None:
-    """Tokenise `files` into `out_dir`, skipping the work when it is already there for the same
-    inputs and settings. Written into a temporary folder and renamed, so an interrupted or
-    failed run never leaves files that look complete.
-
-    `tokenizer_file` (a saved tokenizer.json) replaces training a tokenizer, e.g. to pre-train on
-    a corpus with the tokenizer of the task the model will be fine-tuned on. `min_count` cuts the
-    word tokenizer's vocabulary (see train_tokenizer)."""
-    if tokenizer_file is not None:
-        tok = load_tokenizer_file(tokenizer_file)
-        tokenizer = "file:" + hashlib.sha256(tok.to_str().encode()).hexdigest()[:16]
-    settings = {
-        "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
-        "tokenizer": tokenizer,
-        "vocab_size": vocab_size if tokenizer in ("bpe", "word") else None,
-        "splits": list(splits),
-    }
-    if tokenizer == "word":  # only here, so that char and BPE data prepared before stays valid
-        settings["min_count"] = min_count
-    fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
-    meta_path = out_dir / "meta.json"
-    if meta_path.exists() and json.loads(meta_path.read_text()).get("fingerprint") == fingerprint:
-        return
-    check_splits(splits)
-
-    log.info("tokenising %d file(s) with the %s tokenizer -> %s", len(files), tokenizer, out_dir)
-    docs = read_documents(files)
-    if tokenizer_file is None:
-        tok = train_tokenizer(tokenizer, docs, vocab_size, min_count)
-    ids = encode_documents(tok, docs)
-    dtype = np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32
-
-    with atomic_dir(out_dir) as tmp:
-        # the last cut is the stream's end: float sums such as 0.7 + 0.2 + 0.1 fall short of 1
-        cuts = [int(b * len(ids)) for b in np.cumsum([0, *splits])[:-1]] + [len(ids)]
-        sizes = {}
-        for name, lo, hi in zip(SPLITS, cuts[:-1], cuts[1:], strict=True):
-            part = ids[lo:hi]
-            part.astype(dtype).tofile(tmp / f"{name}.bin")
-            sizes[name] = len(part)
-        tok.save(str(tmp / "tokenizer.json"))
-        meta = {
-            "fingerprint": fingerprint,
-            "vocab_size": tok.get_vocab_size(),
-            "dtype": np.dtype(dtype).name,
-            "tokens": sizes,
-            "documents": len(docs),
-            "characters": sum(map(len, docs)),
-            "settings": settings,
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-    log.info("tokens: %s, vocabulary: %d", sizes, meta["vocab_size"])
 
 
 # --------------------------------------------------------------------------- loading
@@ -393,7 +269,8 @@ class TextDataModule(PreparedText):
     """Language-modelling batches (x, y) of shape (B, T), y being x shifted by one token.
 
     An epoch is `steps_per_epoch` random batches (validation and checkpointing follow epochs);
-    validation and test read the whole held-out split once, in non-overlapping windows.
+    validation reads the first `val_tokens` tokens of its split (None: all), and test the whole
+    test split, in non-overlapping windows.
     """
 
     def __init__(
@@ -402,6 +279,11 @@ class TextDataModule(PreparedText):
         processed_dir: str,
         path: str | None = None,
         glob: str = "**/*",
+        text_column: str = "text",
+        hub: str | None = None,
+        hub_config: str | None = None,
+        hub_split: str = "train",
+        streaming: bool = False,
         dataset: str | None = None,
         raw_dir: str = "data/raw",
         mirror: str | None = None,
@@ -409,10 +291,16 @@ class TextDataModule(PreparedText):
         vocab_size: int | None = 4096,
         min_count: int = 1,
         tokenizer_file: str | None = None,
+        tokenizer_sample: float | None = None,
         splits: tuple[float, float, float] = (0.9, 0.05, 0.05),
+        split_by: str = "stream",
+        split_seed: int = 0,
+        num_proc: int | None = None,
+        chunk_mb: float = 16,
         block_size: int = 128,
         batch_size: int = 32,
         steps_per_epoch: int = 500,
+        val_tokens: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
     ):
@@ -420,8 +308,8 @@ class TextDataModule(PreparedText):
         plain_name(name)
         check_counts(block_size=block_size, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
                      min_count=min_count)  # fmt: skip
-        if vocab_size is not None:
-            check_counts(vocab_size=vocab_size)
+        optional = {"vocab_size": vocab_size, "num_proc": num_proc, "val_tokens": val_tokens}
+        check_counts(**{key: value for key, value in optional.items() if value is not None})
         check_splits(splits)
         self.save_hyperparameters(logger=False)
         self.processed_dir = Path(processed_dir)
@@ -429,13 +317,17 @@ class TextDataModule(PreparedText):
 
     # -- preparation: runs once, on one process per node
     def prepare_data(self) -> None:
+        from src.data.corpus import Corpus, prepare_corpus
+
         hp = self.hparams
         path = hp.path
         if path is None and hp.dataset:  # a registered public corpus, fetched once
             path = fetch(hp.dataset, hp.raw_dir, hp.mirror)
-        files = corpus_files(path, hp.glob)
-        prepare_corpus(self.processed_dir, files, hp.tokenizer, hp.vocab_size, tuple(hp.splits),
-                       hp.tokenizer_file, hp.min_count)  # fmt: skip
+        corpus = Corpus(path, hp.glob, hp.text_column, hp.hub, hp.hub_config, hp.hub_split,
+                        hp.streaming)  # fmt: skip
+        prepare_corpus(self.processed_dir, corpus, hp.tokenizer, hp.vocab_size, tuple(hp.splits),
+                       hp.tokenizer_file, hp.min_count, hp.tokenizer_sample, hp.split_by,
+                       hp.split_seed, hp.num_proc, hp.chunk_mb)  # fmt: skip
 
     @property
     def model_kwargs(self) -> dict:
@@ -480,14 +372,15 @@ class TextDataModule(PreparedText):
         t = self.trainer
         return t.global_step * t.accumulate_grad_batches if t is not None else 0
 
-    def _eval_loader(self, split: str) -> DataLoader:
+    def _eval_loader(self, split: str, limit: int | None = None) -> DataLoader:
         ds = self.splits[split]
         rank, world = self._rank_world()
-        offsets = list(range(0, ds.n_starts, self.hparams.block_size))[rank::world]
+        end = ds.n_starts if limit is None else min(ds.n_starts, limit)
+        offsets = list(range(0, end, self.hparams.block_size))[rank::world]
         return self._loader(ds, offsets)
 
     def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
+        return self._eval_loader("val", self.hparams.val_tokens)
 
     def test_dataloader(self) -> DataLoader:
         if "test" not in self.splits:

@@ -58,6 +58,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from src.data.corpus import stdlib_files
 from src.data.sources import fetch, lookup, plain_name
 from src.data.text import (
     CLS_ID,
@@ -69,7 +70,6 @@ from src.data.text import (
     checkpoint_tokenizer,
     load_tokenizer,
     load_tokenizer_file,
-    stdlib_files,
     train_tokenizer,
 )
 from src.utils.checkpoint import load_checkpoint
