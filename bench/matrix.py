@@ -157,12 +157,14 @@ PAIRS = [
 ]
 
 
-def user_files(user: Path, raw_dir: Path = ROOT / "data/raw") -> None:
+def user_files(user: Path, raw_dir: Path = ROOT / "data/raw",
+               speakers: tuple = ("jackson", "nicolas"), takes: int = 50) -> None:  # fmt: skip
     """A user's own data, made from tiny Shakespeare (fetched into data/raw, or from the mirror):
     corpus.txt, its first 60 %, and speakers.csv, the 2 most frequent speakers' speeches after;
     pics/<digit>/<n>.png, the 8 x 8 digits as a folder of class folders; and
-    sounds/<word>/<n>.flac, FSDD's recordings of the digits 0-4 by two speakers as stereo FLAC
-    at 16 kHz in folders named by the word (zero, one, ...): other rate, channels and format."""
+    sounds/<word>/<n>.flac, FSDD's recordings (`takes` of each) of the digits 0-4 by `speakers`
+    as stereo FLAC at 16 kHz in folders named by the word (zero, one, ...): other rate, channels
+    and format."""
     import csv
     import os
 
@@ -191,8 +193,8 @@ def user_files(user: Path, raw_dir: Path = ROOT / "data/raw") -> None:
     fsdd = fetch("fsdd", raw_dir, os.environ.get("DATA_MIRROR")) / "recordings"
     for digit, word in enumerate(("zero", "one", "two", "three", "four")):
         (user / "sounds" / word).mkdir(parents=True, exist_ok=True)
-        for speaker in ("jackson", "nicolas"):
-            for take in range(50):
+        for speaker in speakers:
+            for take in range(takes):
                 y, sr = sf.read(fsdd / f"{digit}_{speaker}_{take}.wav", dtype="float32")
                 y = librosa.resample(y, orig_sr=sr, target_sr=16000)
                 sf.write(user / "sounds" / word / f"{speaker}{take}.flac",

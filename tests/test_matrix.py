@@ -32,7 +32,8 @@ def test_clearly_above():
 
 
 def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespeare):
-    user_files(tmp_path / "user", raw_dir=tmp_path / "raw")
+    # two speakers of tests/data's ten takes (the bench: 50 takes of jackson and nicolas)
+    user_files(tmp_path / "user", tmp_path / "raw", ("george", "jackson"), takes=10)
     corpus = (tmp_path / "user/corpus.txt").read_text(encoding="utf-8")
     with open(tmp_path / "user/speakers.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -40,7 +41,7 @@ def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespe
     assert not any(r["text"] in corpus for r in rows if len(r["text"]) > 200)  # other speeches
     assert sorted(d.name for d in (tmp_path / "user/pics").iterdir()) == [str(k) for k in range(10)]
     sounds = sorted((tmp_path / "user/sounds").rglob("*.flac"))
-    assert len(sounds) == 500 and {f.parent.name for f in sounds} == {
+    assert len(sounds) == 5 * 2 * 10 and {f.parent.name for f in sounds} == {
         "zero", "one", "two", "three", "four"}  # fmt: skip
     import soundfile as sf
 
