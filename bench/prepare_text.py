@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -89,14 +90,14 @@ print("seconds", time.perf_counter() - t0, "tokens", tokens)
 
 def build_corpus(folder: Path, megabytes: float) -> int:
     """Copies of the stdlib's files in numbered subfolders until about `megabytes` MB."""
-    files, total, k = stdlib_files(), 0, 0
+    root, files, total, k = Path(sysconfig.get_paths()["stdlib"]), stdlib_files(), 0, 0
     while total < megabytes * 1e6:
         for f in files:
-            dest = folder / f"{k:03d}" / f.name
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest = folder / f"{k:03d}" / f.relative_to(root)
             if not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(f, dest)
-                total += dest.stat().st_size
+            total += dest.stat().st_size
         k += 1
     return total
 
@@ -169,7 +170,7 @@ def main() -> None:
                 f"peak {r['peak_gb']:.2f} GB, tokenizer {r['tokenizer_s']:.0f} s",
                 flush=True,
             )
-            tokenizer = shutil.copy(r["tokenizer"], out / "tokenizer.json")
+            tokenizer = str(shutil.copy(r["tokenizer"], out / "tokenizer.json"))
         if mb > max(args.sizes):
             rows.append(row)
             continue

@@ -117,8 +117,9 @@ def test_every_benchmark_is_a_dvc_stage(tmp_path):
     out = subprocess.run([*dvc, "bench/dvc.yaml"], cwd=tmp_path, capture_output=True, text=True,
                          check=True).stdout  # fmt: skip
     stages = yaml.safe_load((ROOT / "bench/dvc.yaml").read_text())["stages"]
-    # not stages: the GPU throughput check (needs a GPU) and the fault-injection suite (a test run)
-    scripts = {p.stem for p in (ROOT / "bench").glob("*.py")} - {"throughput", "faults"}
+    # not stages: the GPU throughput checks (need a GPU) and the fault-injection suite (a test run)
+    not_stages = {"throughput", "step_rates", "faults"}
+    scripts = {p.stem for p in (ROOT / "bench").glob("*.py")} - not_stages
 
     def script(name):  # python bench/x.py ... | python -m bench.x ...
         cmd = stages[name]["cmd"].split()

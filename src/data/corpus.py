@@ -85,7 +85,8 @@ class Corpus:
         if hub:
             return
         p = Path(path).expanduser() if path is not None else None
-        if p is not None and p.is_dir() and (p / "dataset_info.json").is_file():
+        saved = ("dataset_info.json", "dataset_dict.json")  # a Dataset's, a DatasetDict's
+        if p is not None and p.is_dir() and any((p / name).is_file() for name in saved):
             self.kind, self.files = "saved", [p]
             return
         self.files = corpus_files(None if p is None else str(p), glob)
@@ -273,17 +274,17 @@ def _groups(pieces: list[tuple]) -> Iterator[list[tuple]]:
 
 
 def _in_order(jobs: Iterable[tuple], num_proc: int, tokenizer_json: str) -> Iterator[int]:
-    """`_encode_chunk` of each job, in order, with at most 2 x num_proc chunks in memory."""
-    if num_proc <= 1:
-        _start_worker(tokenizer_json)
-        yield from map(_encode_chunk, jobs)
-        return
-    # fork: the workers need none of this process's imports again; the tokenizer library's own
-    # threads stay off in them, one process per core doing the work instead
+    """`_encode_chunk` of each job, in order, with at most 2 x num_proc chunks in memory. The
+    tokenizer library's own threads stay off: num_proc processes, one core each, do the work."""
     before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
     try:
+        if num_proc <= 1:
+            _start_worker(tokenizer_json)
+            yield from map(_encode_chunk, jobs)
+            return
+        # fork: the workers need none of this process's imports again
+        ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
         with ctx.Pool(num_proc, _start_worker, (tokenizer_json,)) as pool:
             pending: deque = deque()
             for job in jobs:
@@ -462,7 +463,10 @@ def _encode(chunks: Path, corpus: Corpus, tok, dtype, document_splits, seed: int
     counts of documents and characters, and each chunk's tokens per part."""
     stats = {"documents": 0, "characters": 0}
     chunk_bytes: list[int] = []  # text read for each chunk
-    progress = Progress(corpus.size())
+    size = corpus.size()
+    progress = Progress(size)
+    if size:  # a small corpus still gives each process several chunks
+        chunk_mb = min(chunk_mb, max(size / 4e6 / num_proc, PIECE / 1e6))
 
     def jobs() -> Iterator[tuple]:
         batch, nbytes = [], 0
