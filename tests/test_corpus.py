@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from src.data import corpus
+from src.data import chunks, corpus
 from src.data.corpus import Corpus, Progress, prepare_corpus
 from src.data.text import SPLITS, TextDataModule
 from src.utils.errors import PipelineError
@@ -115,7 +115,7 @@ def test_at_most_two_chunks_a_process_wait_in_memory(tmp_path):
 def test_a_killed_preparation_resumes_at_its_first_unfinished_chunk(
     tmp_path, shakespeare, small_pieces, monkeypatch
 ):
-    encode, calls, kill = corpus._encode_chunk, [], [4]
+    encode, calls, kill = chunks.encode_chunk, [], [4]
 
     def killed_at_the_fifth(job):
         calls.append(job[1])
@@ -124,7 +124,7 @@ def test_a_killed_preparation_resumes_at_its_first_unfinished_chunk(
             raise KeyboardInterrupt  # as a kill between two chunks
         return encode(job)
 
-    monkeypatch.setattr(corpus, "_encode_chunk", killed_at_the_fifth)
+    monkeypatch.setattr(chunks, "encode_chunk", killed_at_the_fifth)
     args = (Corpus(shakespeare), "char", None, PARTS)
     with pytest.raises(KeyboardInterrupt):
         prepare_corpus(tmp_path / "out", *args, num_proc=1, chunk_mb=0.1)
@@ -141,7 +141,7 @@ def test_a_killed_preparation_resumes_at_its_first_unfinished_chunk(
 
 
 def test_other_settings_start_the_work_anew(tmp_path, shakespeare, monkeypatch):
-    monkeypatch.setattr(corpus, "_encode_chunk", lambda job: 1 / 0)
+    monkeypatch.setattr(chunks, "encode_chunk", lambda job: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         prepare_corpus(tmp_path / "out", Corpus(shakespeare), "char", None, PARTS, num_proc=1)
     monkeypatch.undo()

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from src.data import corpus, text
+from src.data import chunks, corpus, text
 from src.data.corpus import Corpus, corpus_files, prepare_corpus, stdlib_files
 from src.data.text import (
     EOS,
@@ -337,7 +337,7 @@ def test_failed_preparation_leaves_no_output(tmp_path, small_file, monkeypatch):
     folder that the next run resumes from (tests/test_corpus.py), a PipelineError nothing."""
     out = tmp_path / "proc" / "corpus"
     with monkeypatch.context() as m:
-        m.setattr(corpus, "_encode_chunk", encode_fails)
+        m.setattr(chunks, "encode_chunk", encode_fails)
         with pytest.raises(RuntimeError, match="interrupted"):
             prepare_corpus(out, Corpus(small_file), "char", None, (0.9, 0.05, 0.05), num_proc=1)
     assert not out.exists()
@@ -358,7 +358,7 @@ def test_failed_rebuild_keeps_previous_output(tmp_path, small_file, monkeypatch)
     prepare_corpus(out, Corpus(small_file), "char", None, (0.9, 0.05, 0.05))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with monkeypatch.context() as m:
-        m.setattr(corpus, "_encode_chunk", encode_fails)
+        m.setattr(chunks, "encode_chunk", encode_fails)
         with pytest.raises(RuntimeError):
             prepare_corpus(out, Corpus(small_file), "char", None, (0.8, 0.1, 0.1), num_proc=1)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from src.data import chunks
 from src.data.text import EOS, SPLITS, check_splits, load_tokenizer_file, train_tokenizer
 from src.utils.errors import PipelineError
 from src.utils.files import atomic_dir, atomic_file
@@ -223,72 +224,27 @@ def sample(corpus: Corpus, megabytes: float | None) -> Iterator[str]:
 # --------------------------------------------------------------------------- encoding
 
 
-_worker_tokenizer = None
-
-
-def _start_worker(tokenizer_json: str) -> None:
-    global _worker_tokenizer
-    from tokenizers import Tokenizer
-
-    _worker_tokenizer = Tokenizer.from_str(tokenizer_json)
-
-
-def _encode_chunk(job: tuple) -> int:
-    """Encode one chunk's pieces and write its token files (`<index>.<part>.bin`, part a split
-    or `all`), then `<index>.json` with their lengths: the chunk is done once that exists.
-    The pieces go to the tokenizer about a MB at a time, whose encodings take ~100 bytes a
-    token. Returns the chunk's index."""
-    folder, index, dtype, pieces = job
-    eos = _worker_tokenizer.token_to_id(EOS)
-    files, counts = {}, {}
-    try:
-        for group in _groups(pieces):
-            encodings = _worker_tokenizer.encode_batch([text for text, _, _ in group])
-            for enc, (_, ends, part) in zip(encodings, group, strict=True):
-                if part not in files:
-                    files[part] = open(Path(folder) / f"{index:06d}.{part}.bin", "wb")  # noqa: SIM115
-                ids = np.asarray([*enc.ids, eos] if ends else enc.ids, dtype=dtype)
-                files[part].write(ids.tobytes())
-                counts[part] = counts.get(part, 0) + len(ids)
-    except OSError as e:
-        raise PipelineError(f"cannot write {folder}: {e.strerror or e}") from None
-    finally:
-        for f in files.values():
-            f.close()
-    with atomic_file(Path(folder) / f"{index:06d}.json") as done:
-        done.write_text(json.dumps(counts))
-    return index
-
-
-def _groups(pieces: list[tuple]) -> Iterator[list[tuple]]:
-    """Consecutive pieces of about PIECE characters together."""
-    group, n = [], 0
-    for piece in pieces:
-        group.append(piece)
-        n += len(piece[0])
-        if n >= PIECE:
-            yield group
-            group, n = [], 0
-    if group:
-        yield group
-
-
 def _in_order(jobs: Iterable[tuple], num_proc: int, tokenizer_json: str) -> Iterator[int]:
-    """`_encode_chunk` of each job, in order, with at most 2 x num_proc chunks in memory. The
-    tokenizer library's own threads stay off: num_proc processes, one core each, do the work."""
+    """`chunks.encode_chunk` of each job, in order, with at most 2 x num_proc chunks in memory.
+    The tokenizer library's own threads stay off: num_proc processes, one core each, do the
+    work. The workers are forked from a fresh server process (forkserver) that loaded only
+    src/data/chunks.py: forking this process, whose libraries may hold locks in other threads
+    (pyarrow's allocator, say), can leave a child waiting for ever."""
     before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
         if num_proc <= 1:
-            _start_worker(tokenizer_json)
-            yield from map(_encode_chunk, jobs)
+            chunks.start_worker(tokenizer_json, EOS)
+            yield from map(chunks.encode_chunk, jobs)
             return
-        # fork: the workers need none of this process's imports again
-        ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
-        with ctx.Pool(num_proc, _start_worker, (tokenizer_json,)) as pool:
+        methods = mp.get_all_start_methods()
+        ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+        if "forkserver" in methods:
+            ctx.set_forkserver_preload(["src.data.chunks"])
+        with ctx.Pool(num_proc, chunks.start_worker, (tokenizer_json, EOS)) as pool:
             pending: deque = deque()
             for job in jobs:
-                pending.append(pool.apply_async(_encode_chunk, (job,)))
+                pending.append(pool.apply_async(chunks.encode_chunk, (job,)))
                 if len(pending) >= 2 * num_proc:
                     yield pending.popleft().get()
             while pending:
