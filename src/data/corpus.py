@@ -363,7 +363,9 @@ def prepare_corpus(
         if tok is None:
             tok = _tokenizer(work, corpus, tokenizer, vocab_size, min_count, tokenizer_sample)
         dtype = np.dtype(np.uint16 if tok.get_vocab_size() < 2**16 else np.uint32)
-        num_proc = num_proc or os.cpu_count() or 1
+        if num_proc is None:  # every core, unless the corpus is too small to pay for processes
+            size = corpus.size()
+            num_proc = 1 if size is not None and size < 8 * PIECE else os.cpu_count() or 1
         log.info(
             "tokenising the corpus (%s) with %d process(es) -> %s", corpus.kind, num_proc, out_dir
         )
