@@ -3,22 +3,53 @@ points in a subprocess (as a user runs them)."""
 
 from __future__ import annotations
 
+import atexit
+import gzip
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "tests" / "data"
+# Sample files kept gzipped in the repository (large text compresses 2.6 x); the mirror holds
+# them under their upstream names.
+GZIPPED = ("tinyshakespeare/input.txt",)
+
+
+def sample_mirror() -> Path:
+    """tests/data/ as a mirror in a temporary folder, removed when this process exits: the
+    GZIPPED files unpacked, every other file a link to the repository's copy."""
+    mirror = Path(tempfile.mkdtemp(prefix="data-mirror-")).resolve()
+    atexit.register(shutil.rmtree, mirror, ignore_errors=True)
+    for f in SAMPLES.rglob("*"):
+        rel = f.relative_to(SAMPLES).as_posix()
+        if f.is_dir() or rel == "README.md":
+            continue
+        target = mirror / rel.removesuffix(".gz") if rel.removesuffix(".gz") in GZIPPED else None
+        if target is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(f) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            (mirror / rel).parent.mkdir(parents=True, exist_ok=True)
+            (mirror / rel).symlink_to(f)
+    return mirror
+
+
 # The data mirror (paths.data_mirror, a folder with data/raw's layout) that the tests' runs copy
 # real datasets from, as a user's runs copy a lab's shared copy: $DATA_MIRROR, else the small
 # real samples this repository carries (tests/data/README.md), so that a fresh clone with no
 # network runs every test. Tests whose dataset a given mirror lacks are skipped.
-SAMPLES = ROOT / "tests" / "data"
-MIRROR = Path(os.environ.get("DATA_MIRROR") or SAMPLES).resolve()
-ON_SAMPLES = SAMPLES.resolve() == MIRROR
-os.environ["DATA_MIRROR"] = str(MIRROR)  # seen by every run, in process or in a subprocess
+# The samples' mirror is made once, by the first process (pytest-xdist's workers inherit it).
+if not os.environ.get("DATA_MIRROR"):
+    os.environ["SAMPLE_MIRROR"] = os.environ["DATA_MIRROR"] = str(sample_mirror())
+MIRROR = Path(os.environ["DATA_MIRROR"]).resolve()  # seen by every run, here or in a subprocess
+ON_SAMPLES = os.environ.get("SAMPLE_MIRROR") == str(MIRROR)
 SHAKESPEARE = MIRROR / "tinyshakespeare" / "input.txt"
 ESOL_CSV = MIRROR / "esol" / "delaney-processed.csv"
 
