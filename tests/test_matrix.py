@@ -7,8 +7,18 @@ import csv
 
 import pytest
 
-from bench.matrix import PAIRS, Pair, clearly_above, folder, run, user_files
-from tests.conftest import MIRROR
+from bench.matrix import (
+    BENCHED,
+    PAIRS,
+    Benched,
+    Pair,
+    clearly_above,
+    folder,
+    run,
+    trails,
+    user_files,
+)
+from tests.conftest import MIRROR, ROOT
 
 
 def test_a_plain_pair_learns_and_a_senseless_one_is_refused(tmp_path):
@@ -29,6 +39,24 @@ def test_clearly_above():
     assert clearly_above("test/rmse", 0.8, 2.0) and not clearly_above("test/rmse", 1.9, 2.0)
     assert clearly_above("test/loss", 2.0, 5.0) and not clearly_above("test/auroc", 0.55, 0.5)
     assert clearly_above("test/chrf", 45.0, 30.0) and not clearly_above("test/chrf", 35.0, 30.0)
+
+
+def test_the_stricter_column_fails_a_command_that_trails_its_bench_by_more_than_the_margin():
+    acc, loss = Benched(0.989, 0.02, [], ""), Benched(1.90, 0.05, [], "")
+    assert not trails("test/acc", 0.975, acc) and trails("test/acc", 0.965, acc)
+    assert not trails("test/loss", 1.99, loss) and trails("test/loss", 2.0, loss)
+
+
+@pytest.mark.parametrize("label", sorted(BENCHED))
+def test_each_benched_pair_is_in_the_matrix_and_its_readme_command_composes(label):
+    from hydra import compose, initialize_config_dir
+
+    pair = next(p for p in PAIRS if p.label == label)
+    overrides = [f"model={pair.model}", f"data={pair.data}", *BENCHED[label].command]
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    assert cfg.data._target_ and cfg.model._target_
+    assert (ROOT / BENCHED[label].source).is_file()
 
 
 def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespeare):
