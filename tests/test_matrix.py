@@ -52,10 +52,11 @@ def test_each_benched_pair_is_in_the_matrix_and_its_readme_command_composes(labe
     from hydra import compose, initialize_config_dir
 
     pair = next(p for p in PAIRS if p.label == label)
-    overrides = [f"model={pair.model}", f"data={pair.data}", *BENCHED[label].command]
+    overrides = [f"model={pair.model}", f"data={pair.data}", *pair.overrides,
+                 *BENCHED[label].command]  # fmt: skip
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
-    assert cfg.data._target_ and cfg.model._target_
+    assert cfg.data._target_ and cfg.model._target_ and cfg.trainer.max_steps
     assert (ROOT / BENCHED[label].source).is_file()
 
 
