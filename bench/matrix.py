@@ -212,9 +212,10 @@ def user_files(user: Path, raw_dir: Path = ROOT / "data/raw",
         csv.writer(f).writerows([("text", "label"), *zip(speeches.x, speeches.y, strict=True)])
     from PIL import Image
 
-    from src.data.images import read_digits
+    from src.data.image_files import read_digits
 
-    images, labels, names = read_digits()  # a folder of class folders of PNG files
+    digits = read_digits()  # a folder of class folders of PNG files
+    images, labels, names = digits.images, digits.labels, digits.classes
     for i, (img, label) in enumerate(zip(images, labels, strict=True)):
         (user / "pics" / names[label]).mkdir(parents=True, exist_ok=True)
         Image.fromarray(img[0]).save(user / "pics" / names[label] / f"{i}.png")

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from src.data import chunks, corpus
-from src.data.corpus import Corpus, Progress, prepare_corpus
+from src.data.corpus import Corpus, prepare_corpus
+from src.data.parallel import Progress
 from src.data.text import SPLITS, TextDataModule
 from src.utils.errors import PipelineError
 from tests.conftest import assert_ok, run_module
@@ -250,9 +251,13 @@ def test_validation_reads_at_most_val_tokens(tmp_path, shakespeare):
 
 def test_progress_in_a_log_says_mb_done_rate_and_time_left(caplog):
     progress = Progress(total=10_000_000, every=0)
-    with caplog.at_level(logging.INFO, logger="src.data.corpus"):
+    with caplog.at_level(logging.INFO, logger="src.data.parallel"):
         progress.update(2_500_000)
     assert progress.bar is None  # pytest's output is not a terminal
     line = caplog.messages[-1]
-    assert line.startswith("tokenised 2.5 of 10.0 MB (25 %), ") and "MB/s" in line
+    assert line.startswith("tokenising 2.5 of 10.0 MB (25 %), ") and "MB/s" in line
     assert line.endswith(" left")
+    images = Progress(total=400, verb="decoding images", unit="images", scale=1, every=0)
+    with caplog.at_level(logging.INFO, logger="src.data.parallel"):
+        images.update(100)
+    assert caplog.messages[-1].startswith("decoding images 100 of 400 images (25 %), ")

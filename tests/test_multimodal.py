@@ -76,9 +76,9 @@ def test_each_direction_trains_through_the_entry_point_and_its_loss_falls(tmp_pa
     if model == "captioner":  # a PNG of a digit in, a caption out
         from PIL import Image
 
-        from src.data.images import read_digits
+        from src.data.image_files import read_digits
 
-        Image.fromarray(read_digits()[0][0, 0]).save(tmp_path / "digit.png")
+        Image.fromarray(read_digits().images[0, 0]).save(tmp_path / "digit.png")
         said = run_module("src.sample", f"ckpt={ckpt}", f"image={tmp_path / 'digit.png'}")
         assert_ok(said)
         assert said.stdout.split()[0] == "a"

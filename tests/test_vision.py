@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from src.data.images import ImageDataModule, read_idx, stratified_split
+from src.data.image_files import read_digits, read_idx
+from src.data.images import ImageDataModule, stratified_split
 from src.models.image import CNN, CNNConfig, ViT, ViTConfig, load_classifier
 from src.nn.patch import PatchEmbedding, grid_size, patchify, unpatchify
 from src.nn.positional import SinusoidalPositionalEncoding2D
@@ -208,6 +209,103 @@ def test_a_folder_of_class_folders_is_read_with_its_class_names(tmp_path):
     assert sum(dm.meta["images"].values()) == 20
 
 
+def write_jpegs(root, n: int, size=(20, 24), classes: int = 4) -> None:
+    """n colour JPEGs of random noise in `classes` class folders."""
+    from PIL import Image
+
+    rng = np.random.default_rng(n)
+    for i in range(n):
+        path = root / f"c{i % classes}" / f"{i}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(path)
+
+
+def prepared(dm) -> dict:
+    files = sorted(dm.processed_dir.iterdir())
+    return {f.name: f.read_bytes() for f in files}
+
+
+def test_a_folder_decoded_by_several_processes_in_chunks_is_the_same_as_by_one(tmp_path):
+    write_jpegs(tmp_path / "pics", 50)
+    kw = dict(source="folder", root=str(tmp_path / "pics"), mode="RGB", image_size=[16, 16])
+    one = module(tmp_path / "one", **kw, num_proc=1, chunk=7)
+    two = module(tmp_path / "two", **kw, num_proc=2, chunk=3)  # 17 jobs in 2 processes
+    assert prepared(one) == prepared(two)
+    assert np.load(one.processed_dir / "train_x.npy").shape == (40, 3, 16, 16)
+    mean = np.load(one.processed_dir / "train_x.npy").mean(axis=(0, 2, 3))
+    assert np.allclose(one.meta["mean"], mean)  # from the histogram of the train pixels
+
+
+def test_preparing_four_times_the_images_takes_no_more_memory(tmp_path):
+    """Peak memory is set by data.chunk, not by the number of images: the images are decoded a
+    chunk at a time and written to the memmaps as they come (numpy's arrays are traced)."""
+    import tracemalloc
+
+    peaks = []
+    for n in (64, 256):
+        write_jpegs(tmp_path / f"pics{n}", n, size=(48, 48))
+        tracemalloc.start()
+        ImageDataModule(str(tmp_path / f"out{n}"), source="folder", root=str(tmp_path / f"pics{n}"),
+                        mode="RGB", num_proc=1, chunk=8).prepare_data()  # fmt: skip
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert peaks[1] < 1.3 * peaks[0], peaks  # holding every image: 4 x the images' 1.8 MB
+
+
+def test_training_crops_and_flips_and_eval_images_are_centre_cropped(tmp_path):
+    write_jpegs(tmp_path / "pics", 40, size=(20, 24))
+    dm = module(tmp_path, source="folder", root=str(tmp_path / "pics"), mode="RGB",
+                crop=[16, 16], crop_scale=[0.3, 1.0], flip=True, shift=0)  # fmt: skip
+    assert dm.model_kwargs["image_size"] == [16, 16]
+    train, val = dm.splits["train"], dm.splits["val"]
+    assert train[0][0].shape == val[0][0].shape == (3, 16, 16)
+    assert not torch.equal(train[0][0], train[0][0])  # a new crop at every visit
+    assert torch.equal(val[0][0], val[0][0])
+    pixels = np.load(dm.processed_dir / "val_x.npy")[0, :, 2:18, 4:20].astype(np.float32)
+    mean, std = np.array(dm.meta["mean"])[:, None, None], np.array(dm.meta["std"])[:, None, None]
+    assert np.allclose(val[0][0].numpy(), (pixels - mean) / std, atol=1e-5)
+    with pytest.raises(PipelineError, match=r"data.crop=\[32, 32\] is larger than the prepared"):
+        module(tmp_path, source="folder", root=str(tmp_path / "pics"), crop=[32, 32])
+
+
+def test_random_resized_crops_cover_the_scale_asked_for():
+    from src.data.images import crop_box
+
+    rng = np.random.default_rng(0)
+    boxes = [crop_box(100, 80, (0.2, 0.5), (3 / 4, 4 / 3), rng) for _ in range(500)]
+    shares = np.array([h * w / 8000 for _, _, h, w in boxes])
+    assert shares.min() > 0.19 and shares.max() < 0.51 and shares.std() > 0.05
+    assert all(t + h <= 100 and left + w <= 80 for t, left, h, w in boxes)
+
+
+def test_trivial_augment_changes_training_batches_on_the_device_only_in_training(tmp_path):
+    from types import SimpleNamespace
+
+    dm = module(tmp_path, trivial_augment=True)
+    batch = next(iter(dm.train_dataloader()))
+    assert dm.on_after_batch_transfer(batch, 0) is batch  # no trainer: as it came
+    dm.trainer = SimpleNamespace(training=False)
+    assert dm.on_after_batch_transfer(batch, 0) is batch
+    dm.trainer.training = True
+    x, y = dm.on_after_batch_transfer(batch, 0)
+    assert x.shape == batch[0].shape and y is batch[1] and not torch.equal(x, batch[0])
+    low = (0 - dm.meta["mean"][0]) / dm.meta["std"][0]  # pixels stay within [0, 255]
+    assert float(x.min()) >= low - 1e-4
+
+
+def test_cutmix_pastes_a_box_of_another_image_and_lambda_is_the_share_kept():
+    from src.models.image import ImageClassifier
+
+    model = ImageClassifier(dict(arch="cnn"), dict(lr=1e-3), image_size=[16, 16], channels=1,
+                            num_classes=3, cutmix=1.0)  # fmt: skip
+    x = torch.arange(4.0)[:, None, None, None].expand(4, 1, 16, 16)  # image k: all k
+    for _ in range(20):
+        mixed, perm, lam = model.mixed(x)
+        kept = (mixed == x).float().mean(dim=(1, 2, 3))  # the share of each image's own pixels
+        moved = perm != torch.arange(4)
+        assert torch.allclose(kept[moved], torch.full_like(kept[moved], lam))
+
+
 def write_cifar10(folder, per_batch: int = 20) -> None:
     """A small CIFAR-10 in its own format: pickled dicts of uint8 rows (N, 3 * 32 * 32), channel
     planes in turn, with their labels, in five train batches and a test batch, and the names."""
@@ -263,9 +361,9 @@ def test_bad_image_folders_are_one_clear_error_and_leave_nothing_behind(tmp_path
 
 
 def test_kmeans_codes_round_trip_within_the_quantisation_error():
-    from src.data.images import dequantize, fit_codebook, quantize, read_digits
+    from src.data.images import dequantize, fit_codebook, quantize
 
-    x = read_digits()[0][:300]  # (N, 1, 8, 8) uint8
+    x = read_digits().images[:300]  # (N, 1, 8, 8) uint8
     codebook = fit_codebook(x, 16, seed=0)
     assert codebook.shape == (16, 1) and np.all(np.diff(codebook[:, 0]) > 0)  # darkest first
     codes = quantize(x, codebook)

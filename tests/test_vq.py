@@ -5,7 +5,8 @@ import numpy as np
 import torch
 
 from src.data import vq
-from src.data.images import dequantize, fit_codebook, quantize, read_digits
+from src.data.image_files import read_digits
+from src.data.images import dequantize, fit_codebook, quantize
 
 
 def test_encoding_picks_the_nearest_centroid_and_decoding_returns_it():
@@ -29,7 +30,7 @@ def test_k_means_finds_well_separated_clusters():
 
 
 def test_image_patch_codes_rebuild_digits_better_with_more_codes():
-    x = read_digits()[0][:400]  # (N, 1, 8, 8) uint8
+    x = read_digits().images[:400]  # (N, 1, 8, 8) uint8
     errors = []
     for k in (4, 32):
         codebook = fit_codebook(x, k, seed=0, patch=2)

@@ -18,21 +18,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import multiprocessing as mp
 import os
 import re
 import shutil
-import sys
 import sysconfig
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 
 from src.data import chunks
+from src.data.parallel import Progress, in_order
 from src.data.text import EOS, SPLITS, check_splits, load_tokenizer_file, train_tokenizer
 from src.utils.errors import PipelineError
 from src.utils.files import atomic_dir, atomic_file
@@ -227,28 +224,12 @@ def sample(corpus: Corpus, megabytes: float | None) -> Iterator[str]:
 def _in_order(jobs: Iterable[tuple], num_proc: int, tokenizer_json: str) -> Iterator[int]:
     """`chunks.encode_chunk` of each job, in order, with at most 2 x num_proc chunks in memory.
     The tokenizer library's own threads stay off: num_proc processes, one core each, do the
-    work. The workers are forked from a fresh server process (forkserver) that loaded only
-    src/data/chunks.py: forking this process, whose libraries may hold locks in other threads
-    (pyarrow's allocator, say), can leave a child waiting for ever."""
+    work."""
     before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        if num_proc <= 1:
-            chunks.start_worker(tokenizer_json, EOS)
-            yield from map(chunks.encode_chunk, jobs)
-            return
-        methods = mp.get_all_start_methods()
-        ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-        if "forkserver" in methods:
-            ctx.set_forkserver_preload(["src.data.chunks"])
-        with ctx.Pool(num_proc, chunks.start_worker, (tokenizer_json, EOS)) as pool:
-            pending: deque = deque()
-            for job in jobs:
-                pending.append(pool.apply_async(chunks.encode_chunk, (job,)))
-                if len(pending) >= 2 * num_proc:
-                    yield pending.popleft().get()
-            while pending:
-                yield pending.popleft().get()
+        yield from in_order(chunks.encode_chunk, jobs, num_proc, chunks.start_worker,
+                            (tokenizer_json, EOS), preload="src.data.chunks")  # fmt: skip
     finally:
         if before is None:
             del os.environ["TOKENIZERS_PARALLELISM"]
@@ -261,46 +242,6 @@ def _document_part(seed: int, document: int, splits) -> str:
     digest = hashlib.blake2b(f"{seed}:{document}".encode(), digest_size=8).digest()
     u = int.from_bytes(digest, "little") / 2**64
     return SPLITS[min(int(np.searchsorted(np.cumsum(splits), u, side="right")), 2)]
-
-
-class Progress:
-    """MB of text read: rich's bar with MB/s and the time left on a terminal; otherwise (a log
-    file, SLURM, nohup, DVC) a log line every `every` seconds."""
-
-    def __init__(self, total: int | None, every: float = 30.0):
-        self.total, self.every, self.done, self.t0 = total, every, 0, time.perf_counter()
-        self.last = self.t0
-        self.bar = None
-        if sys.stdout.isatty():
-            from rich import progress as rp
-
-            self.bar = rp.Progress("tokenising", rp.BarColumn(), rp.DownloadColumn(),
-                                   rp.TransferSpeedColumn(), rp.TimeRemainingColumn(),
-                                   transient=True)  # fmt: skip
-            self.task = self.bar.add_task("tokenising", total=total)
-            self.bar.start()
-
-    def update(self, nbytes: int) -> None:
-        self.done += nbytes
-        now = time.perf_counter()
-        if self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
-        elif now - self.last >= self.every:
-            self.last = now
-            log.info("%s", self.line(now))
-
-    def line(self, now: float) -> str:
-        rate = self.done / max(now - self.t0, 1e-9)
-        text = f"tokenised {self.done / 1e6:,.1f}"
-        if self.total:
-            left = timedelta(seconds=round((self.total - self.done) / max(rate, 1e-9)))
-            text += f" of {self.total / 1e6:,.1f} MB ({100 * self.done / self.total:.0f} %)"
-            return f"{text}, {rate / 1e6:.2f} MB/s, {left} left"
-        return f"{text} MB, {rate / 1e6:.2f} MB/s"
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 # --------------------------------------------------------------------------- preparation

@@ -23,9 +23,16 @@ fingerprint in meta.json matches):
     {split}_y.npy   int64 labels (N,)
     meta.json       classes, image size, channels, mean, std, counts per split
 
-Batches are (x, y): x (B, C, H, W) float, normalised with the train statistics; training images
-are shifted at random by up to `shift` pixels each way (zeros come in at the border), the
-augmentation small data needs.
+Each split's images are decoded `chunk` at a time (a folder's by `num_proc` processes) and
+written to its memmap as they come: memory is set by those two settings, never by the number of
+images, and the loaders read from disk (under DDP, each rank its own share).
+
+Batches are (x, y): x (B, C, H, W) float, normalised with the train statistics. Training images
+are augmented as configured (see Augment): in the loader's workers, on uint8 pixels, a random
+resized crop to `crop` (eval images are centre-cropped to it), a left-right `flip`, a `shift` of
+up to a few pixels (what small digits need); on the device, a batch at a time,
+`trivial_augment`. Mixup and CutMix mix examples and labels: they are the model's (model.mixup,
+model.cutmix).
 
 With `codes=K` (set by model=imagegpt) the images are token sequences instead, ImageGPT's: a
 codebook of K colours (intensities, for grey images) learnt by k-means over the train pixels
@@ -41,10 +48,10 @@ text or both, batched as the translation pairs are.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
-import pickle
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +61,15 @@ from torch.utils.data import Dataset
 
 from src.data import vq
 from src.data.captions import DIRECTIONS, CaptionPairs, CaptionVocab, caption, ink, ink_terciles
+from src.data.image_files import (
+    ImageSet,
+    decode_chunk,
+    read_cifar10,
+    read_digits,
+    read_folder,
+    read_mnist,
+)
+from src.data.parallel import Progress, in_order
 from src.data.sources import data_root
 from src.data.text import SPLITS, SplitLoaders
 from src.data.translation import collate_pairs
@@ -64,127 +80,6 @@ from src.utils.files import atomic_dir
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when the processed layout changes
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
-Images = tuple[np.ndarray, np.ndarray, list[str]]  # uint8 (N, C, H, W), int64 (N,), class names
-
-
-# --------------------------------------------------------------------------- readers
-
-
-def read_digits() -> Images:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = np.round(d.images * (255 / 16)).astype(np.uint8)[:, None]  # 0..16 -> 0..255, (N, 1, 8, 8)
-    return x, d.target.astype(np.int64), [str(c) for c in d.target_names]
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """An IDX file (LeCun's format: magic 0x0000 08 <dims>, big-endian sizes, uint8 data), plain
-    or gzipped -> its array."""
-    try:
-        raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
-    except (OSError, EOFError) as e:
-        raise PipelineError(f"{path}: not a readable IDX file ({e})") from None
-    if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] != 0x08:
-        raise PipelineError(f"{path}: not an IDX file of unsigned bytes")
-    ndim = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
-    if data.size != np.prod(shape):
-        raise PipelineError(f"{path}: truncated, {data.size} bytes for a {shape} array")
-    return data.reshape(shape)
-
-
-def idx_file(root: Path, prefix: str, kind: str) -> Path | None:
-    """root/{prefix}-{kind}-idx?-ubyte[.gz], or None."""
-    found = sorted(root.glob(f"{prefix}-{kind}-idx*-ubyte*"))
-    return found[0] if found else None
-
-
-def read_mnist(root: Path) -> tuple[Images, Images | None]:
-    """(the test set, the train set or None): MNIST's layout, t10k-* and train-*."""
-    sets = []
-    for prefix in ("t10k", "train"):
-        images, labels = idx_file(root, prefix, "images"), idx_file(root, prefix, "labels")
-        if images is None or labels is None:
-            sets.append(None)
-            continue
-        x, y = read_idx(images), read_idx(labels).astype(np.int64)
-        if x.ndim != 3 or len(x) != len(y):
-            raise PipelineError(f"{images}: {x.shape} images for {len(y)} labels")
-        sets.append((x[:, None], y, [str(c) for c in range(int(y.max()) + 1)]))
-    if sets[0] is None:
-        raise PipelineError(f"{root}: no t10k-images-idx3-ubyte[.gz] with its t10k-labels file")
-    return sets[0], sets[1]
-
-
-def read_cifar10(root: Path) -> tuple[Images, Images]:
-    """(test, train) from CIFAR-10's python pickles."""
-    folder = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
-
-    def load(name: str) -> dict:
-        try:
-            with open(folder / name, "rb") as f:
-                return pickle.load(f, encoding="bytes")  # the dataset's own format: trusted files
-        except (OSError, pickle.UnpicklingError, EOFError) as e:
-            raise PipelineError(f"{folder / name}: not a CIFAR-10 file ({e})") from None
-
-    def batch(name: str) -> tuple[np.ndarray, np.ndarray]:
-        d = load(name)
-        return d[b"data"].reshape(-1, 3, 32, 32), np.asarray(d[b"labels"], np.int64)
-
-    names = [n.decode() for n in load("batches.meta")[b"label_names"]]
-    train = [batch(f"data_batch_{i}") for i in range(1, 6)]
-    x, y = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
-    return (*batch("test_batch"), names), (x, y, names)
-
-
-def resized(im, size: tuple[int, int] | None):
-    """A Pillow image at size (H, W), or as it is when size is None."""
-    from PIL import Image
-
-    return im if size is None else im.resize((size[1], size[0]), Image.BILINEAR)
-
-
-def resize_all(x: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """uint8 images (N, C, H, W) -> (N, C, size[0], size[1]), channel by channel."""
-    from PIL import Image
-
-    return np.stack([[np.asarray(resized(Image.fromarray(c), size)) for c in img] for img in x])
-
-
-def read_folder(root: Path, mode: str, image_size: tuple[int, int] | None) -> Images:
-    """root/<class>/<image>: every image converted to `mode`, resized to image_size if given
-    (else all must share one size)."""
-    from PIL import Image, UnidentifiedImageError
-
-    if mode not in ("L", "RGB"):
-        raise PipelineError(f"data.mode={mode!r}: choose L (grey) or RGB")
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-    if not classes:
-        raise PipelineError(f"{root}: no class sub-folders (root/<class>/<image files>)")
-    x, y, sizes = [], [], {}
-    for label, name in enumerate(classes):
-        files = sorted(f for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise PipelineError(f"{root / name}: an empty class folder (no image files)")
-        for f in files:
-            try:
-                with Image.open(f) as im:
-                    a = np.asarray(resized(im.convert(mode), image_size), dtype=np.uint8)
-            except (OSError, UnidentifiedImageError) as e:
-                raise PipelineError(f"{f}: not a readable image ({e})") from None
-            sizes.setdefault(a.shape[:2], f)
-            x.append(a[None] if a.ndim == 2 else a.transpose(2, 0, 1))
-            y.append(label)
-    if len(sizes) > 1:
-        (s1, f1), (s2, f2) = list(sizes.items())[:2]
-        raise PipelineError(
-            f"images of mixed sizes ({f1}: {s1[0]}x{s1[1]}, {f2}: {s2[0]}x{s2[1]}); set "
-            "data.image_size=[H,W] to resize them all"
-        )
-    return np.stack(x), np.asarray(y, np.int64), classes
 
 
 # --------------------------------------------------------------------------- codebook
@@ -236,12 +131,54 @@ def stratified_split(y: np.ndarray, fractions, seed: int) -> list[np.ndarray]:
     return [np.sort(np.concatenate(p)) for p in parts]
 
 
-class ImageSplit(Dataset):
-    """One split's images as float tensors normalised by the train mean and std; with shift > 0,
-    each image moved by a random offset in [-shift, shift] pixels along each axis."""
+@dataclass
+class Augment:
+    """What a training image goes through in a loader's worker, on its uint8 pixels: a random
+    resized crop to `crop` (H, W) covering a share of the image's area within `scale` and of
+    aspect ratio within `ratio` (Inception's and ViT's RandomResizedCrop), a left-right flip with
+    probability 1/2, a shift by up to `shift` pixels each way (zeros come in at the border).
+    Images outside training are centre-cropped to `crop`."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, mean, std, shift: int = 0, seed: int = 0):
-        self.x, self.y, self.shift = x, y, shift
+    crop: tuple[int, int] | None = None
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = False
+    shift: int = 0
+
+
+def crop_box(h: int, w: int, scale, ratio, rng: np.random.Generator) -> tuple[int, ...]:
+    """(top, left, height, width) of a random crop of an h x w image: area share ~ U(scale),
+    log aspect ratio ~ U(log ratio), redrawn until it fits (10 tries, then the whole image)."""
+    for _ in range(10):
+        area = h * w * rng.uniform(*scale)
+        aspect = np.exp(rng.uniform(*np.log(ratio)))
+        ch, cw = round(np.sqrt(area / aspect)), round(np.sqrt(area * aspect))
+        if 0 < ch <= h and 0 < cw <= w:
+            return int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1)), ch, cw
+    return 0, 0, h, w
+
+
+def resized_crop(img: np.ndarray, box: tuple[int, ...], size: tuple[int, int]) -> np.ndarray:
+    """uint8 (C, H, W) -> the box (top, left, height, width) resized to size, (C, *size): one
+    Pillow resample per channel (bilinear, antialiased)."""
+    from PIL import Image
+
+    top, left, ch, cw = box
+    if (ch, cw) == tuple(size):
+        return img[:, top : top + ch, left : left + cw]
+    return np.stack([np.asarray(Image.fromarray(plane).resize(
+        (size[1], size[0]), Image.BILINEAR, box=(left, top, left + cw, top + ch)))
+        for plane in img])  # fmt: skip
+
+
+class ImageSplit(Dataset):
+    """One split's uint8 images (a memmap) as float tensors normalised by the train mean and std,
+    augmented (`augment`) when `train`."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, mean, std, augment: Augment | None = None,
+                 train: bool = False, seed: int = 0):  # fmt: skip
+        self.x, self.y, self.train = x, y, train
+        self.augment = augment or Augment()
         self.mean = torch.tensor(mean, dtype=torch.float32)[:, None, None]  # (C, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32)[:, None, None]
         self.rng = np.random.default_rng(seed)
@@ -250,14 +187,23 @@ class ImageSplit(Dataset):
         return len(self.y)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        img = torch.from_numpy(np.array(self.x[i], dtype=np.float32))  # (C, H, W)
-        if self.shift:
-            s = self.shift
+        a, img = self.augment, np.asarray(self.x[i])  # (C, H, W) uint8
+        h, w = img.shape[1:]
+        if a.crop and self.train:
+            img = resized_crop(img, crop_box(h, w, a.scale, a.ratio, self.rng), a.crop)
+        elif a.crop:
+            ch, cw = a.crop
+            img = img[:, (h - ch) // 2 : (h - ch) // 2 + ch, (w - cw) // 2 : (w - cw) // 2 + cw]
+        if a.flip and self.train and self.rng.random() < 0.5:
+            img = img[:, :, ::-1]
+        x = torch.from_numpy(np.array(img, dtype=np.float32))  # (C, H, W)
+        if a.shift and self.train:
+            s = a.shift
             dy, dx = self.rng.integers(-s, s + 1, size=2)
-            padded = torch.nn.functional.pad(img, (s, s, s, s))
-            h, w = img.shape[1:]
-            img = padded[:, s + dy : s + dy + h, s + dx : s + dx + w]
-        return (img - self.mean) / self.std, int(self.y[i])
+            padded = torch.nn.functional.pad(x, (s, s, s, s))
+            h, w = x.shape[1:]
+            x = padded[:, s + dy : s + dy + h, s + dx : s + dx + w]
+        return (x - self.mean) / self.std, int(self.y[i])
 
 
 class TokenImages(Dataset):
@@ -292,6 +238,12 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         split_seed: int = 0,
         train_fraction: float = 1.0,
         shift: int = 0,
+        crop: tuple[int, int] | None = None,
+        crop_scale: tuple[float, float] = (0.08, 1.0),
+        flip: bool = False,
+        trivial_augment: bool = False,
+        num_proc: int | None = None,
+        chunk: int = 256,
         codes: int | None = None,
         patch: int = 1,
         captions: str | None = None,
@@ -308,12 +260,19 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             raise PipelineError(f"data.splits={list(splits)} must be positive and sum to 1")
         if not 0 < train_fraction <= 1:
             raise PipelineError(f"data.train_fraction={train_fraction} must be in (0, 1]")
+        if not 0 < crop_scale[0] <= crop_scale[1] <= 1:
+            raise PipelineError(f"data.crop_scale={list(crop_scale)}: shares of the image's "
+                                "area, 0 < low <= high <= 1")  # fmt: skip
+        if (crop or flip or trivial_augment) and codes:
+            raise PipelineError("data.crop, flip and trivial_augment are for classifiers; "
+                                "ImageGPT's tokens (data.codes) are not augmented")  # fmt: skip
         if captions is not None and (captions not in DIRECTIONS or not codes):
             raise PipelineError(f"data.captions={captions!r}: choose {', '.join(DIRECTIONS)}, "
                                 "with data.codes=K")  # fmt: skip
         self.save_hyperparameters(logger=False)
         self.processed_dir = Path(processed_dir)
         self.splits: dict[str, Dataset] = {}
+        self._trivial = None
 
     # -- preparation
     def _settings(self) -> dict:
@@ -327,8 +286,8 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         hp = self.hparams
         return data_root(hp.root, dataset, hp.raw_dir, hp.mirror)
 
-    def _read(self) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str]]:
-        """The three splits' (images, labels), and the class names."""
+    def _read(self) -> dict[str, tuple[ImageSet, np.ndarray]]:
+        """Each split's source (not yet decoded) and its rows in it."""
         hp = self.hparams
         if hp.source == "digits":
             test, train = read_digits(), None
@@ -337,20 +296,15 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         elif hp.source == "cifar10":
             test, train = read_cifar10(self._root("cifar10"))
         else:
-            test, train = read_folder(self._root("folder"), hp.mode, hp.image_size), None
-        x, y, classes = test
+            test, train = read_folder(self._root("folder"), hp.mode), None
         if train is None:  # one set: split it three ways
-            parts = stratified_split(y, hp.splits, hp.split_seed)
-            out = {s: (x[p], y[p]) for s, p in zip(SPLITS, parts, strict=True)}
-        else:  # its own test set; val a share of train, as large relative to train as in splits
-            tx, ty, classes = train
-            share = hp.splits[1] / (hp.splits[0] + hp.splits[1])
-            fit, val = stratified_split(ty, (1 - share, share), hp.split_seed)
-            out = {"train": (tx[fit], ty[fit]), "val": (tx[val], ty[val]), "test": (x, y)}
-        size = tuple(hp.image_size or ())
-        if size and x.shape[2:] != size:
-            out = {s: (resize_all(xs, size), ys) for s, (xs, ys) in out.items()}
-        return out, classes
+            parts = stratified_split(test.labels, hp.splits, hp.split_seed)
+            return {s: (test, p) for s, p in zip(SPLITS, parts, strict=True)}
+        # its own test set; val a share of train, as large relative to train as in splits
+        share = hp.splits[1] / (hp.splits[0] + hp.splits[1])
+        fit, val = stratified_split(train.labels, (1 - share, share), hp.split_seed)
+        return {"train": (train, fit), "val": (train, val),
+                "test": (test, np.arange(len(test.labels)))}  # fmt: skip
 
     def prepare_data(self) -> None:
         settings = self._settings()
@@ -377,20 +331,55 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         return torch.from_numpy(np.load(self._codebook_file))
 
     def _prepare_images(self, settings: dict) -> None:
-        parts, classes = self._read()
-        train = parts["train"][0].astype(np.float64)
-        mean, std = train.mean(axis=(0, 2, 3)), train.std(axis=(0, 2, 3)) + 1e-6
+        """Every split's images decoded `chunk` at a time (a folder's by num_proc processes) and
+        written to its memmap as they come, the train split's pixel histogram counted on the way:
+        memory is set by chunk and num_proc, not by the number of images."""
+        hp = self.hparams
+        parts = self._read()
+        size = tuple(hp.image_size) if hp.image_size else None
+        c, h, w = parts["train"][0].shape(size)
+        total = sum(len(rows) for _, rows in parts.values())
+        num_proc = hp.num_proc or os.cpu_count() or 1
+        if parts["train"][0].files is None or total < 2 * hp.chunk:
+            num_proc = 1  # arrays already in memory, or too few files to pay for processes
+        counts = np.zeros((c, 256), np.int64)  # the train split's pixel values, per channel
         with atomic_dir(self.processed_dir) as tmp:
-            for split, (x, y) in parts.items():
-                np.save(tmp / f"{split}_x.npy", np.ascontiguousarray(x, dtype=np.uint8))
-                np.save(tmp / f"{split}_y.npy", y.astype(np.int64))
-            c, h, w = parts["train"][0].shape[1:]
-            meta = {"settings": settings, "classes": classes, "image_size": [int(h), int(w)],
-                    "channels": int(c), "mean": mean.tolist(), "std": std.tolist(),
-                    "images": {s: len(y) for s, (_, y) in parts.items()}}  # fmt: skip
+            out = {s: np.lib.format.open_memmap(tmp / f"{s}_x.npy", "w+", np.uint8,
+                                                (len(rows), c, h, w))
+                   for s, (_, rows) in parts.items()}  # fmt: skip
+            where = []  # (split, first row) of each job handed out, in order
+
+            def jobs():
+                for split, (images, rows) in parts.items():
+                    for k, job in enumerate(images.jobs(rows, size, hp.chunk)):
+                        where.append((split, k * hp.chunk))
+                        yield job
+
+            progress = Progress(total, "decoding images", "images", 1)
+            for k, chunk in enumerate(in_order(decode_chunk, jobs(), num_proc,
+                                               preload="src.data.image_files")):  # fmt: skip
+                split, start = where[k]
+                out[split][start : start + len(chunk)] = chunk
+                if split == "train":
+                    for channel in range(c):
+                        counts[channel] += np.bincount(chunk[:, channel].ravel(), minlength=256)
+                progress.update(len(chunk))
+            progress.close()
+            for split, (images, rows) in parts.items():
+                out[split].flush()
+                np.save(tmp / f"{split}_y.npy", images.labels[rows])
+            del out
+            values = np.arange(256, dtype=np.float64)
+            n = counts.sum(1)
+            mean = counts @ values / n
+            std = np.sqrt(counts @ values**2 / n - mean**2) + 1e-6
+            sizes = {s: len(r) for s, (_, r) in parts.items()}
+            meta = {"settings": settings, "classes": parts["train"][0].classes,
+                    "image_size": [int(h), int(w)], "channels": int(c), "mean": mean.tolist(),
+                    "std": std.tolist(), "images": sizes}  # fmt: skip
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        log.info("prepared %s: %s images of %dx%dx%d -> %s", self.hparams.source,
-                 meta["images"], c, h, w, self.processed_dir)  # fmt: skip
+        log.info("prepared %s: %s images of %dx%dx%d with %d process(es) -> %s", hp.source,
+                 meta["images"], c, h, w, num_proc, self.processed_dir)  # fmt: skip
 
     @property
     def meta(self) -> dict:
@@ -403,7 +392,8 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
     @property
     def model_kwargs(self) -> dict:
         meta = self.meta
-        sizes = {"image_size": meta["image_size"], "channels": meta["channels"]}
+        size = list(self.hparams.crop or meta["image_size"])  # what the model sees
+        sizes = {"image_size": size, "channels": meta["channels"]}
         if self.hparams.captions:  # one vocabulary of words and codes for both directions
             n = len(CaptionVocab(self.hparams.codes))
             return {"vocab_size": n, "src_vocab_size": n, "shared_vocab": True}
@@ -431,6 +421,9 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         meta, hp = self.meta, self.hparams
         if any(side % hp.patch for side in meta["image_size"]):
             raise PipelineError(f"data.patch={hp.patch} does not tile {meta['image_size']} images")
+        if hp.crop and any(c > s for c, s in zip(hp.crop, meta["image_size"], strict=True)):
+            raise PipelineError(f"data.crop={list(hp.crop)} is larger than the prepared "
+                                f"{meta['image_size']} images (data.image_size)")  # fmt: skip
         if hp.captions and meta["classes"] != [str(d) for d in range(10)]:
             raise PipelineError(f"data.captions name the digits 0-9; these classes are "
                                 f"{', '.join(meta['classes'][:12])}")  # fmt: skip
@@ -452,8 +445,27 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             if hp.codes:
                 self.splits[split] = TokenImages(quantize(x, self.codebook.numpy()), hp.codes)
                 continue
-            shift = hp.shift if split == "train" else 0
-            self.splits[split] = ImageSplit(x, y, meta["mean"], meta["std"], shift, hp.seed)
+            augment = Augment(tuple(hp.crop) if hp.crop else None, tuple(hp.crop_scale),
+                              flip=hp.flip, shift=hp.shift)  # fmt: skip
+            self.splits[split] = ImageSplit(x, y, meta["mean"], meta["std"], augment,
+                                            train=split == "train", seed=hp.seed)  # fmt: skip
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Training batches, on the device: with trivial_augment, TrivialAugment (Mueller and
+        Hutter 2021; kornia's), one of its colour or geometry ops at a random strength per image,
+        on the pixels in [0, 1] before normalising. A whole batch at once, where a GPU does it in
+        a fraction of a step, rather than image by image in the loader's workers."""
+        trainer = self.trainer
+        if not self.hparams.trivial_augment or trainer is None or not trainer.training:
+            return batch
+        x, y = batch
+        mean, std = self.splits["train"].mean.to(x), self.splits["train"].std.to(x)
+        if self._trivial is None:
+            from kornia.augmentation.auto import TrivialAugment
+
+            self._trivial = TrivialAugment()
+        pixels = ((x * std + mean) / 255).clamp(0, 1)  # (B, C, H, W)
+        return (self._trivial(pixels) * 255 - mean) / std, y
 
     # -- the codebook travels inside ImageGPT's checkpoints, to render samples from them alone
     def state_dict(self) -> dict:

@@ -120,8 +120,7 @@ def build_net(net: dict, **sizes) -> ViT | CNN:
 
 class ImageClassifier(TransformerModule):
     """Cross-entropy training of a ViT or CNN with AdamW, warm-up and cosine decay, optionally
-    with label smoothing and mixup (each batch mixed with a shuffled copy of itself, images and
-    targets alike, by lambda ~ Beta(mixup, mixup)); logs loss, accuracy and macro-F1 on every
+    with label smoothing, and mixup or CutMix (see `mixed`); logs loss, accuracy and macro-F1 on every
     split. With a teacher (the checkpoint of a classifier trained on the same data, say the CNN),
     DeiT's hard distillation (Touvron et al. 2021): the teacher's label of each training input,
     augmented and mixed as the student sees it, is a second target, weighted by `distill`; a
@@ -129,7 +128,7 @@ class ImageClassifier(TransformerModule):
 
     def __init__(self, net: dict, optim: dict, image_size, channels: int, num_classes: int,
                  mixup: float = 0.0, label_smoothing: float = 0.0, teacher: str | None = None,
-                 distill: float = 0.5):  # fmt: skip
+                 distill: float = 0.5, cutmix: float = 0.0):  # fmt: skip
         super().__init__()
         self.save_hyperparameters()
         self.net = build_net(net, image_size=image_size, channels=channels,
@@ -154,20 +153,38 @@ class ImageClassifier(TransformerModule):
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)
 
+    def mixed(self, x: Tensor) -> tuple[Tensor, Tensor | None, float]:
+        """The batch x (B, C, H, W) mixed with a shuffled copy of itself, the shuffle and lambda,
+        the original's share, ~ Beta(alpha, alpha): mixup (Zhang et al. 2018) a convex mix of
+        the two images, CutMix (Yun et al. 2019) a box of the other image pasted in, lambda then
+        the share of pixels kept. With both alphas set, one of them per batch, as DeiT does. The
+        targets are mixed alike, in the loss."""
+        hp = self.hparams
+        kinds = [(k, a) for k, a in (("mixup", hp.mixup), ("cutmix", hp.cutmix)) if a]
+        if not kinds:
+            return x, None, 1.0
+        kind, alpha = kinds[int(torch.randint(len(kinds), ()))]
+        lam = float(torch.distributions.Beta(alpha, alpha).sample())
+        perm = torch.randperm(len(x), device=x.device)
+        if kind == "mixup":
+            return lam * x + (1 - lam) * x[perm], perm, lam
+        h, w = x.shape[-2:]
+        side = (1 - lam) ** 0.5  # the box's share of each side
+        cy, cx = int(torch.randint(h, ())), int(torch.randint(w, ()))
+        top, bottom = max(cy - round(h * side / 2), 0), min(cy + round(h * side / 2), h)
+        left, right = max(cx - round(w * side / 2), 0), min(cx + round(w * side / 2), w)
+        x = x.clone()
+        x[..., top:bottom, left:right] = x[perm][..., top:bottom, left:right]
+        return x, perm, 1 - (bottom - top) * (right - left) / (h * w)
+
     def training_step(self, batch, batch_idx: int) -> Tensor:
         x, y = batch
-        smooth, alpha = self.hparams.label_smoothing, self.hparams.mixup
-        if alpha:  # mixup: a convex mix of two examples, trained toward the same mix of labels
-            lam = float(torch.distributions.Beta(alpha, alpha).sample())
-            perm = torch.randperm(len(y), device=y.device)
-            x = lam * x + (1 - lam) * x[perm]
-            logits = self(x)
-            loss = lam * F.cross_entropy(logits, y, label_smoothing=smooth) + (
-                1 - lam
-            ) * F.cross_entropy(logits, y[perm], label_smoothing=smooth)
-        else:
-            logits = self(x)
-            loss = F.cross_entropy(logits, y, label_smoothing=smooth)
+        smooth = self.hparams.label_smoothing
+        x, perm, lam = self.mixed(x)
+        logits = self(x)
+        loss = lam * F.cross_entropy(logits, y, label_smoothing=smooth)
+        if perm is not None:  # trained toward the same mix of labels
+            loss = loss + (1 - lam) * F.cross_entropy(logits, y[perm], label_smoothing=smooth)
         if self.teacher is not None:  # DeiT: the teacher's label of the same input, a 2nd target
             with torch.no_grad():
                 y_teacher = self.teacher(x).argmax(-1)
