@@ -51,7 +51,7 @@ REFERENCE = {"chance": 0.1, "target_image_digit_acc": 0.8, "stroke_chance": 0.5,
              "voice_chance": 0.2, "target_speech_digit_acc": 0.5}  # fmt: skip
 
 
-def real_references(judge: Path, processed: Path, codebook: Path) -> dict:
+def real_references(judge: Path, processed: Path, codes: Path, patch: int) -> dict:
     """The judge on the test images rebuilt from their codes, and the mean pixel distance
     between real test images of one digit (30 of each)."""
     from src.data.images import dequantize, quantize
@@ -59,8 +59,7 @@ def real_references(judge: Path, processed: Path, codebook: Path) -> dict:
     from src.models.multimodal import mean_pairwise_distance
 
     x, y = np.load(processed / "test_x.npy"), np.load(processed / "test_y.npy")
-    book = np.load(codebook)
-    patch = int(codebook.stem.rsplit("-p", 1)[1])
+    book = np.load(codes / "codebook.npy")  # the data's codes_dir
     rebuilt = dequantize(torch.from_numpy(quantize(x, book, patch)), torch.from_numpy(book),
                          x.shape[2:], patch)  # fmt: skip
     meta = json.loads((processed / "meta.json").read_text())
@@ -96,8 +95,8 @@ def images(args, out: Path) -> dict:
 
     data = OmegaConf.load(out / args.models[0] / "config.yaml").data
     processed = ROOT / data.processed_dir
-    codebook = processed / f"codebook{data.codes}-p{data.patch}.npy"
-    refs = real_references(judge, processed, codebook)
+    codes = processed.with_name(f"{processed.name}-codes{data.codes}-p{data.patch}")
+    refs = real_references(judge, processed, codes, data.patch)
 
     print(
         f"\nMNIST, {args.steps} steps per generator; the judge: {judge_metrics['test/acc']:.1%} "

@@ -139,6 +139,7 @@ def test_every_benchmark_is_a_dvc_stage(tmp_path):
         "prepare_translation",
         "fetch@mnist",
         "prepare_images",
+        "prepare_patches",
         "fetch@fsdd",
         "prepare_audio",
     ):

@@ -387,6 +387,27 @@ def test_the_benchs_context_model_predicts_a_pixel_from_its_causal_neighbours():
     assert abs(context_bits(noise[:2000], noise[2000:], k=4) - 2) < 0.05
 
 
+def test_the_patches_stage_writes_every_splits_codes_once_and_set_up_reads_them(
+    tmp_path, monkeypatch
+):
+    from src.data import images
+
+    dm = module(tmp_path, codes=8, patch=2, chunk=100)
+    folder = dm.codes_dir
+    assert folder.name == "processed-codes8-p2" and (folder / "codebook.npy").is_file()
+    x = np.load(dm.processed_dir / "test_x.npy")
+    codes = np.load(folder / "test_codes.npy")
+    assert codes.dtype == np.uint16 and codes.shape == (len(x), 16)  # 8 x 8 -> 4 x 4 patches
+    assert np.array_equal(codes, images.quantize(x, dm.codebook.numpy(), 2))
+    monkeypatch.setattr(images, "quantize", None)  # neither done again nor at set-up
+    monkeypatch.setattr(images, "fit_codebook", None)
+    dm.prepare_data()
+    dm.setup()
+    monkeypatch.undo()
+    resized = module(tmp_path, codes=8, patch=2, image_size=[4, 4])  # new images: new codes
+    assert np.load(resized.codes_dir / "test_codes.npy").shape == (len(x), 4)
+
+
 def test_imagegpt_batches_start_with_the_start_token_and_never_sample_it(tmp_path):
     dm = module(tmp_path, codes=8)
     x, y = next(iter(dm.train_dataloader()))

@@ -60,15 +60,19 @@ class CaptionVocab:
         return np.where((codes >= 0) & (codes < self.codes), codes, 0)
 
 
-def ink(images: np.ndarray) -> np.ndarray:
-    """Images (N, C, H, W) in [0, 1] -> (N,) their mean intensity."""
-    return np.asarray(images, dtype=np.float32).reshape(len(images), -1).mean(1)
+def ink(images: np.ndarray, scale: float = 1.0, chunk: int = 4096) -> np.ndarray:
+    """Images (N, C, H, W) in [0, scale] (255: uint8 pixels, a memmap read a chunk at a time)
+    -> (N,) their mean intensity in [0, 1]."""
+    starts = range(0, len(images), chunk)
+    parts = (np.asarray(images[i : i + chunk], dtype=np.float32) for i in starts)
+    return np.concatenate([p.reshape(len(p), -1).mean(1) / scale for p in parts])
 
 
-def ink_terciles(images: np.ndarray, labels: np.ndarray, classes: int = 10) -> np.ndarray:
+def ink_terciles(images: np.ndarray, labels: np.ndarray, classes: int = 10,
+                 scale: float = 1.0) -> np.ndarray:  # fmt: skip
     """(classes, 2): each digit's 1/3 and 2/3 quantiles of ink over the (training) images; a
     digit with no image gets those of all images."""
-    amount = ink(images)
+    amount = ink(images, scale)
     own = [amount[labels == c] if (labels == c).any() else amount for c in range(classes)]
     return np.stack([np.quantile(a, [1 / 3, 2 / 3]) for a in own])
 
@@ -95,7 +99,7 @@ class CaptionPairs(Dataset):
         direction = self.directions[i // len(self.captions)]
         i %= len(self.captions)
         text = np.array(self.vocab.encode_text(self.captions[i]))
-        image = self.vocab.image_ids(self.codes[i])
+        image = self.vocab.image_ids(self.codes[i].astype(np.int64))
         task = np.array([self.vocab.task(direction)])
         if direction == "text2image":
             return np.concatenate([task, text]), image

@@ -35,11 +35,13 @@ up to a few pixels (what small digits need); on the device, a batch at a time,
 model.cutmix).
 
 With `codes=K` (set by model=imagegpt) the images are token sequences instead, ImageGPT's: a
-codebook of K colours (intensities, for grey images) learnt by k-means over the train pixels
-(vector quantisation, `codebook{K}.npy`), every pixel replaced by its nearest code, in raster
-order. Batches are then (x, y) of shape (B, H W): y the codes, x the start token K followed by
-y[:-1], as a language model reads text. With `patch=P` the codebook's vectors are P x P patches
-(Parti's image tokens) and an image is H/P x W/P codes.
+codebook of K colours (intensities, for grey images) learnt by k-means over a bounded sample of
+the train pixels (vector quantisation), every pixel replaced by its nearest code, in raster
+order, written chunk by chunk beside the images (`<processed_dir>-codes{K}/`: codebook.npy,
+{split}_codes.npy; the DVC stage `prepare_patches`) and read from disk. Batches are then (x, y)
+of shape (B, H W): y the codes, x the start token K followed by y[:-1], as a language model
+reads text. With `patch=P` the codebook's vectors are P x P patches (Parti's image tokens) and an
+image is H/P x W/P codes.
 
 With `captions` as well (set by model=parti | captioner | cm3leon) every image of a digit becomes
 a pair of caption and codes for an encoder-decoder (src.data.captions): text -> image, image ->
@@ -208,16 +210,16 @@ class ImageSplit(Dataset):
 
 class TokenImages(Dataset):
     """One split's images as ImageGPT's token sequences: (x, y), y the codes (H W,), x the start
-    token followed by y[:-1]."""
+    token followed by y[:-1]; codes (N, H W) read from their memmap."""
 
     def __init__(self, codes: np.ndarray, start: int):
-        self.codes, self.start = torch.from_numpy(codes), start
+        self.codes, self.start = codes, start
 
     def __len__(self) -> int:
         return len(self.codes)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = self.codes[i]
+        y = torch.from_numpy(self.codes[i].astype(np.int64))
         return torch.cat([y.new_tensor([self.start]), y[:-1]]), y
 
 
@@ -266,6 +268,8 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         if (crop or flip or trivial_augment) and codes:
             raise PipelineError("data.crop, flip and trivial_augment are for classifiers; "
                                 "ImageGPT's tokens (data.codes) are not augmented")  # fmt: skip
+        if codes is not None and not 1 < codes <= 2**16:
+            raise PipelineError(f"data.codes={codes}: a codebook of 2 to 65,536 codes (uint16)")
         if captions is not None and (captions not in DIRECTIONS or not codes):
             raise PipelineError(f"data.captions={captions!r}: choose {', '.join(DIRECTIONS)}, "
                                 "with data.codes=K")  # fmt: skip
@@ -311,24 +315,48 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         meta_file = self.processed_dir / "meta.json"
         if not meta_file.exists() or json.loads(meta_file.read_text()).get("settings") != settings:
             self._prepare_images(settings)
-        if self.hparams.codes and not self._codebook_file.exists():
+        if self.hparams.codes:
+            self._prepare_patches()
+
+    def _prepare_patches(self) -> None:
+        """The image-patches stage (DVC's prepare_patches), into its own folder (codes_dir): a
+        codebook of K P x P patches fitted by k-means on a bounded sample of the train images
+        (200,000 patches), then every split's images quantised `chunk` at a time into a memmap
+        of their codes, uint16 (N, H/P W/P) in raster order. Redone when the images were."""
+        hp = self.hparams
+        stamp = {"images": self.meta["settings"], "codes": hp.codes, "patch": hp.patch,
+                 "seed": hp.split_seed}  # fmt: skip
+        done = self.codes_dir / "meta.json"
+        if done.exists() and json.loads(done.read_text()) == stamp:
+            return
+        with atomic_dir(self.codes_dir) as tmp:
             train = np.load(self.processed_dir / "train_x.npy", mmap_mode="r")
-            hp = self.hparams
             codebook = fit_codebook(train, hp.codes, hp.split_seed, hp.patch)
-            tmp = self._codebook_file.with_suffix(".tmp.npy")
-            np.save(tmp, codebook)
-            tmp.replace(self._codebook_file)  # whole or absent
+            np.save(tmp / "codebook.npy", codebook)
+            for split in SPLITS:
+                x = np.load(self.processed_dir / f"{split}_x.npy", mmap_mode="r")
+                grid = (x.shape[2] // hp.patch) * (x.shape[3] // hp.patch)
+                codes = np.lib.format.open_memmap(tmp / f"{split}_codes.npy", "w+", np.uint16,
+                                                  (len(x), grid))  # fmt: skip
+                for i in range(0, len(x), hp.chunk):
+                    codes[i : i + hp.chunk] = quantize(x[i : i + hp.chunk], codebook, hp.patch)
+                codes.flush()
+                del codes
+            (tmp / "meta.json").write_text(json.dumps(stamp, indent=1) + "\n")
+        log.info("image patches: %d codes of %dx%d pixels -> %s", hp.codes, hp.patch, hp.patch,
+                 self.codes_dir)  # fmt: skip
 
     @property
-    def _codebook_file(self) -> Path:
+    def codes_dir(self) -> Path:
+        """The codebook and codes of data.codes=K, data.patch=P, beside the images' folder."""
         hp = self.hparams
         patch = f"-p{hp.patch}" if hp.patch > 1 else ""  # P x P patches; pixels: no suffix
-        return self.processed_dir / f"codebook{hp.codes}{patch}.npy"
+        return self.processed_dir.with_name(f"{self.processed_dir.name}-codes{hp.codes}{patch}")
 
     @property
     def codebook(self) -> torch.Tensor:
         """(K, C P P) centroids in [0, 1] (with data.codes=K, data.patch=P)."""
-        return torch.from_numpy(np.load(self._codebook_file))
+        return torch.from_numpy(np.load(self.codes_dir / "codebook.npy"))
 
     def _prepare_images(self, settings: dict) -> None:
         """Every split's images decoded `chunk` at a time (a folder's by num_proc processes) and
@@ -430,20 +458,23 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         for split in SPLITS:
             x = np.load(self.processed_dir / f"{split}_x.npy", mmap_mode="r")
             y = np.load(self.processed_dir / f"{split}_y.npy")
+            codes = None
+            if hp.codes:  # (N, H/P W/P) uint16
+                codes = np.load(self.codes_dir / f"{split}_codes.npy", mmap_mode="r")
             if split == "train" and hp.train_fraction < 1:  # a stratified share: less data
                 keep = stratified_split(y, (hp.train_fraction, 1 - hp.train_fraction), hp.seed)[0]
                 x, y = x[keep], y[keep]
+                codes = None if codes is None else codes[keep]
             if hp.captions:
                 if split == "train":
-                    self.terciles = ink_terciles(x / 255.0, y, len(meta["classes"]))
-                amounts = ink(x / 255.0)
+                    self.terciles = ink_terciles(x, y, len(meta["classes"]), scale=255)
+                amounts = ink(x, scale=255)
                 texts = [caption(c, a, self.terciles) for c, a in zip(y, amounts, strict=True)]
-                codes = quantize(x, self.codebook.numpy(), hp.patch)
                 self.splits[split] = CaptionPairs(codes, texts, self.vocab, hp.captions)
                 self.collate = collate_pairs
                 continue
             if hp.codes:
-                self.splits[split] = TokenImages(quantize(x, self.codebook.numpy()), hp.codes)
+                self.splits[split] = TokenImages(codes, hp.codes)
                 continue
             augment = Augment(tuple(hp.crop) if hp.crop else None, tuple(hp.crop_scale),
                               flip=hp.flip, shift=hp.shift)  # fmt: skip

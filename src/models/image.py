@@ -120,11 +120,11 @@ def build_net(net: dict, **sizes) -> ViT | CNN:
 
 class ImageClassifier(TransformerModule):
     """Cross-entropy training of a ViT or CNN with AdamW, warm-up and cosine decay, optionally
-    with label smoothing, and mixup or CutMix (see `mixed`); logs loss, accuracy and macro-F1 on every
-    split. With a teacher (the checkpoint of a classifier trained on the same data, say the CNN),
-    DeiT's hard distillation (Touvron et al. 2021): the teacher's label of each training input,
-    augmented and mixed as the student sees it, is a second target, weighted by `distill`; a
-    Transformer learns the convolution's biases from it."""
+    with label smoothing, and mixup or CutMix (see `mixed`); logs loss, accuracy and macro-F1 on
+    every split. With a teacher (the checkpoint of a classifier trained on the same data, say the
+    CNN), DeiT's hard distillation (Touvron et al. 2021): the teacher's label of each training
+    input, augmented and mixed as the student sees it, is a second target, weighted by `distill`;
+    a Transformer learns the convolution's biases from it."""
 
     def __init__(self, net: dict, optim: dict, image_size, channels: int, num_classes: int,
                  mixup: float = 0.0, label_smoothing: float = 0.0, teacher: str | None = None,
