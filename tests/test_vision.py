@@ -252,6 +252,19 @@ def test_preparing_four_times_the_images_takes_no_more_memory(tmp_path):
     assert peaks[1] < 1.3 * peaks[0], peaks  # holding every image: 4 x the images' 1.8 MB
 
 
+def test_rows_are_read_from_the_file_without_a_memory_map_in_any_process(tmp_path):
+    import pickle
+
+    from src.data.image_files import Rows
+
+    x = np.random.default_rng(0).integers(0, 256, (20, 3, 5, 4), dtype=np.uint8)
+    np.save(tmp_path / "x.npy", x)
+    rows = Rows(tmp_path / "x.npy", index=np.array([3, 7, 19]))
+    assert len(rows) == 3 and np.array_equal(rows[1], x[7])
+    copy = pickle.loads(pickle.dumps(rows))  # as a loader's worker gets it: a descriptor of its own
+    assert copy.fd is None and np.array_equal(copy[2], x[19])
+
+
 def test_training_crops_and_flips_and_eval_images_are_centre_cropped(tmp_path):
     write_jpegs(tmp_path / "pics", 40, size=(20, 24))
     dm = module(tmp_path, source="folder", root=str(tmp_path / "pics"), mode="RGB",

@@ -65,6 +65,7 @@ from src.data import vq
 from src.data.captions import DIRECTIONS, CaptionPairs, CaptionVocab, caption, ink, ink_terciles
 from src.data.image_files import (
     ImageSet,
+    Rows,
     decode_chunk,
     read_cifar10,
     read_digits,
@@ -174,8 +175,8 @@ def resized_crop(img: np.ndarray, box: tuple[int, ...], size: tuple[int, int]) -
 
 
 class ImageSplit(Dataset):
-    """One split's uint8 images (a memmap) as float tensors normalised by the train mean and std,
-    augmented (`augment`) when `train`."""
+    """One split's uint8 images (read from disk, image by image, by Rows) as float tensors
+    normalised by the train mean and std, augmented (`augment`) when `train`."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, mean, std, augment: Augment | None = None,
                  train: bool = False, seed: int = 0):  # fmt: skip
@@ -461,11 +462,12 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             codes = None
             if hp.codes:  # (N, H/P W/P) uint16
                 codes = np.load(self.codes_dir / f"{split}_codes.npy", mmap_mode="r")
+            keep = None
             if split == "train" and hp.train_fraction < 1:  # a stratified share: less data
                 keep = stratified_split(y, (hp.train_fraction, 1 - hp.train_fraction), hp.seed)[0]
-                x, y = x[keep], y[keep]
-                codes = None if codes is None else codes[keep]
+                y, codes = y[keep], None if codes is None else codes[keep]
             if hp.captions:
+                x = x if keep is None else x[keep]
                 if split == "train":
                     self.terciles = ink_terciles(x, y, len(meta["classes"]), scale=255)
                 amounts = ink(x, scale=255)
@@ -478,7 +480,8 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
                 continue
             augment = Augment(tuple(hp.crop) if hp.crop else None, tuple(hp.crop_scale),
                               flip=hp.flip, shift=hp.shift)  # fmt: skip
-            self.splits[split] = ImageSplit(x, y, meta["mean"], meta["std"], augment,
+            rows = Rows(self.processed_dir / f"{split}_x.npy", keep)
+            self.splits[split] = ImageSplit(rows, y, meta["mean"], meta["std"], augment,
                                             train=split == "train", seed=hp.seed)  # fmt: skip
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
