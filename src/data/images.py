@@ -72,7 +72,7 @@ from src.data.image_files import (
     read_folder,
     read_mnist,
 )
-from src.data.parallel import Progress, in_order
+from src.data.parallel import NpyWriter, Progress, in_order
 from src.data.sources import data_root
 from src.data.text import SPLITS, SplitLoaders
 from src.data.translation import collate_pairs
@@ -337,12 +337,10 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             for split in SPLITS:
                 x = np.load(self.processed_dir / f"{split}_x.npy", mmap_mode="r")
                 grid = (x.shape[2] // hp.patch) * (x.shape[3] // hp.patch)
-                codes = np.lib.format.open_memmap(tmp / f"{split}_codes.npy", "w+", np.uint16,
-                                                  (len(x), grid))  # fmt: skip
+                codes = NpyWriter(tmp / f"{split}_codes.npy", np.uint16, (len(x), grid))
                 for i in range(0, len(x), hp.chunk):
-                    codes[i : i + hp.chunk] = quantize(x[i : i + hp.chunk], codebook, hp.patch)
-                codes.flush()
-                del codes
+                    codes.write(quantize(x[i : i + hp.chunk], codebook, hp.patch))
+                codes.close()
             (tmp / "meta.json").write_text(json.dumps(stamp, indent=1) + "\n")
         log.info("image patches: %d codes of %dx%d pixels -> %s", hp.codes, hp.patch, hp.patch,
                  self.codes_dir)  # fmt: skip
@@ -373,31 +371,29 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             num_proc = 1  # arrays already in memory, or too few files to pay for processes
         counts = np.zeros((c, 256), np.int64)  # the train split's pixel values, per channel
         with atomic_dir(self.processed_dir) as tmp:
-            out = {s: np.lib.format.open_memmap(tmp / f"{s}_x.npy", "w+", np.uint8,
-                                                (len(rows), c, h, w))
+            out = {s: NpyWriter(tmp / f"{s}_x.npy", np.uint8, (len(rows), c, h, w))
                    for s, (_, rows) in parts.items()}  # fmt: skip
-            where = []  # (split, first row) of each job handed out, in order
+            where = []  # the split of each job handed out, in order
 
             def jobs():
                 for split, (images, rows) in parts.items():
-                    for k, job in enumerate(images.jobs(rows, size, hp.chunk)):
-                        where.append((split, k * hp.chunk))
+                    for job in images.jobs(rows, size, hp.chunk):
+                        where.append(split)
                         yield job
 
             progress = Progress(total, "decoding images", "images", 1)
             for k, chunk in enumerate(in_order(decode_chunk, jobs(), num_proc,
                                                preload="src.data.image_files")):  # fmt: skip
-                split, start = where[k]
-                out[split][start : start + len(chunk)] = chunk
+                split = where[k]
+                out[split].write(chunk)
                 if split == "train":
                     for channel in range(c):
                         counts[channel] += np.bincount(chunk[:, channel].ravel(), minlength=256)
                 progress.update(len(chunk))
             progress.close()
             for split, (images, rows) in parts.items():
-                out[split].flush()
+                out[split].close()
                 np.save(tmp / f"{split}_y.npy", images.labels[rows])
-            del out
             values = np.arange(256, dtype=np.float64)
             n = counts.sum(1)
             mean = counts @ values / n
