@@ -127,7 +127,8 @@ def say(cfg: DictConfig, ckpt: dict) -> list[str]:
     import torch
 
     from src.data import vq
-    from src.data.audio import codes_to_audio, load_audio, log_mel
+    from src.data.audio import codes_to_audio
+    from src.data.mels import load_audio, log_mel
     from src.data.speech import frame_vectors
     from src.models.generation import GenerationConfig
     from src.models.speech import SpeechGPT

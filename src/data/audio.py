@@ -13,7 +13,9 @@ fingerprint in meta.json matches): each file mixed to mono, resampled to `sample
 soxr), turned into a log-mel spectrogram (librosa: `n_mels` bands between `f_min` and `f_max`,
 windows of `win_length` samples every `hop_length`, in decibels below the recording's peak down to
 `top_db`) of `duration` x sample_rate / hop_length frames, the recording cut or padded with
-silence (`fit=pad`) or its spectrogram resampled to them (`fit=stretch`), written atomically into
+silence (`fit=pad`) or its spectrogram resampled to them (`fit=stretch`) (src.data.mels). The
+files go `chunk` at a time to `num_proc` processes, and each chunk's spectrograms are written as
+they come (memory set by chunk x num_proc, not by the number of files) atomically into
 `processed_dir`:
 
     features.npy    float32 log-mels (N, n_mels, frames), read as a memory map
@@ -45,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -55,6 +58,8 @@ from torch.utils.data import Dataset
 
 from src.data import vq
 from src.data.images import stratified_split
+from src.data.mels import load_audio, mel_chunk, mel_shape, mel_to_audio
+from src.data.parallel import Progress, in_order
 from src.data.sources import data_root
 from src.data.speech import (
     CODE_OFFSET,
@@ -77,69 +82,6 @@ MEL_KEYS = ("sample_rate", "duration", "fit", "n_mels", "n_fft", "win_length", "
 
 
 # --------------------------------------------------------------------------- the mel stage
-
-
-def load_audio(path: Path, sample_rate: int) -> np.ndarray:
-    """A file's samples, mono, at sample_rate: float32 (S,)."""
-    import librosa
-    import soundfile as sf
-
-    try:
-        y, sr = sf.read(path, dtype="float32", always_2d=True)  # (S, channels)
-    except (sf.LibsndfileError, RuntimeError, OSError) as e:
-        raise PipelineError(f"{path}: not a readable audio file ({e})") from None
-    if len(y) == 0:
-        raise PipelineError(f"{path}: an empty audio file (no samples)")
-    y = y.mean(axis=1)
-    return librosa.resample(y, orig_sr=sr, target_sr=sample_rate) if sr != sample_rate else y
-
-
-def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
-    """Samples at s["sample_rate"] -> log-mel spectrogram (n_mels, frames) in dB below the
-    recording's loudest bin, floored at -s["top_db"], frames = duration x sample_rate / hop_length.
-    fit="pad": longer recordings are cut, shorter padded with silence; fit="stretch": the whole
-    recording's spectrogram is resampled to the frames (an isolated word then fills the window
-    whatever the speaking rate)."""
-    import librosa
-
-    frames = round(s["duration"] * s["sample_rate"]) // s["hop_length"]
-    if s.get("trim_db"):  # the recording's quiet ends cut: a word starts and ends alike for all
-        y = librosa.effects.trim(y, top_db=s["trim_db"], frame_length=s["win_length"],
-                                 hop_length=s["hop_length"])[0]  # fmt: skip
-    if s["fit"] == "pad":
-        samples = frames * s["hop_length"]
-        y = np.pad(y[:samples], (0, max(0, samples - len(y))))
-    mel = librosa.feature.melspectrogram(
-        y=y, sr=s["sample_rate"], n_fft=s["n_fft"], win_length=s["win_length"],
-        hop_length=s["hop_length"], n_mels=s["n_mels"], fmin=s["f_min"], fmax=s["f_max"],
-    )  # fmt: skip
-    # relative to the peak: the recording's gain (microphone, distance) does not change the image
-    db = librosa.power_to_db(mel, ref=np.max, amin=1e-10, top_db=s["top_db"])
-    if s["fit"] == "stretch":
-        t = np.linspace(0, db.shape[1] - 1, frames)
-        db = np.stack([np.interp(t, np.arange(db.shape[1]), band) for band in db])
-    db = db[:, :frames]
-    if s.get("cmn"):
-        db = db - db.mean(axis=1, keepdims=True)
-    return db.astype(np.float32)
-
-
-def mel_to_audio(db: np.ndarray, s: dict, n_iter: int = 32) -> np.ndarray:
-    """A log-mel spectrogram (n_mels, frames) in dB below its peak, as log_mel makes it without
-    `cmn`, back to samples at s["sample_rate"]: the mel filter bank inverted (librosa's
-    non-negative least squares) and the phase estimated by Griffin-Lim, peak-normalised to 0.9.
-    The way back from generated speech tokens (their centroids' frames) to a WAV."""
-    import librosa
-
-    power = librosa.db_to_power(db)  # the recording's peak at 1
-    stft = librosa.feature.inverse.mel_to_stft(
-        power, sr=s["sample_rate"], n_fft=s["n_fft"], fmin=s["f_min"], fmax=s["f_max"]
-    )  # fmt: skip
-    # Griffin-Lim's first phase is random: seeded, the same tokens always give the same WAV
-    y = librosa.griffinlim(stft, n_iter=n_iter, hop_length=s["hop_length"],
-                           win_length=s["win_length"], n_fft=s["n_fft"],
-                           random_state=0)  # fmt: skip
-    return (0.9 * y / max(float(np.abs(y).max()), 1e-8)).astype(np.float32)
 
 
 def codes_to_frames(codes: np.ndarray, codebook: np.ndarray, n_mels: int) -> np.ndarray:
@@ -259,6 +201,8 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         cmn: bool = False,
         trim_db: float | None = None,
         skip_bad: bool = False,
+        num_proc: int | None = None,
+        chunk: int = 256,
         target: str = "label",
         split: str = "random",
         test_speakers: list[str] | None = None,
@@ -304,6 +248,8 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
                 raise PipelineError(f"data.pattern={pattern!r}: not a regex ({e})") from None
             if "label" not in groups:
                 raise PipelineError(f"data.pattern={pattern!r} has no (?P<label>...) group")
+        if chunk < 1:
+            raise PipelineError(f"data.chunk={chunk}: choose at least 1 file per job")
         if abs(sum(splits) - 1) > 1e-6 or min(splits) <= 0:
             raise PipelineError(f"data.splits={list(splits)} must be positive and sum to 1")
         self.save_hyperparameters(logger=False)
@@ -328,40 +274,61 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
             self._prepare(settings)
 
     def _prepare(self, s: dict) -> None:
-        from rich.progress import track
-
+        """The log-mels of `chunk` files at a time, made by num_proc processes and written to a
+        memory map as they come: memory is set by chunk and num_proc, not by the number of
+        files."""
         hp = self.hparams
         root = data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
         files = sorted(f for f in root.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
         if not files:
             raise PipelineError(f"{root}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
         pattern = re.compile(hp.pattern) if hp.pattern else None
-        rows, features, bad = [], [], []
-        for f in track(files, description="log-mel spectrograms", transient=True):
-            label, speaker, take = label_of(f, root, pattern)
-            try:
-                features.append(log_mel(load_audio(f, s["sample_rate"]), s))
-            except PipelineError as e:
-                if not hp.skip_bad:
-                    raise
-                bad.append(str(e))
-                continue
-            rows.append((str(f.relative_to(root)), label, speaker, take))
-        if bad:
-            log.warning("skipped %d bad audio files (data.skip_bad=true), the first: %s",
-                        len(bad), bad[0])  # fmt: skip
-        if not rows:
-            raise PipelineError(f"{root}: no readable audio files")
-        classes = sorted({r[1] for r in rows})
+        # (file, label, speaker, take): a misnamed file stops the stage before any spectrogram
+        listed = [(str(f.relative_to(root)), *label_of(f, root, pattern)) for f in files]
+        num_proc = hp.num_proc or os.cpu_count() or 1
+        if len(files) < 2 * hp.chunk:
+            num_proc = 1  # too few files to pay for starting processes
+        jobs = ((str(root), [r[0] for r in listed[i : i + hp.chunk]], s, hp.skip_bad)
+                for i in range(0, len(listed), hp.chunk))  # fmt: skip
+        shape = mel_shape(s)  # (n_mels, frames)
+        rows, bad = [], []  # the manifest's rows of the good files; the bad files' errors
         with atomic_dir(self.processed_dir) as tmp:
-            np.save(tmp / "features.npy", np.stack(features))
+            # (N, n_mels, frames), a row per listed file: the good files' rows fill the first ones
+            x = np.lib.format.open_memmap(tmp / "all.npy", "w+", np.float32, (len(files), *shape))
+            progress = Progress(len(files), "log-mel spectrograms", "files", 1)
+            try:
+                for k, (mels, skipped) in enumerate(in_order(mel_chunk, jobs, num_proc,
+                                                             preload="src.data.mels")):  # fmt: skip
+                    x[len(rows) : len(rows) + len(mels)] = mels  # (good ones, n_mels, frames)
+                    gone = {i for i, _ in skipped}
+                    start = k * hp.chunk
+                    part = listed[start : start + len(mels) + len(skipped)]
+                    rows += [r for i, r in enumerate(part) if i not in gone]
+                    bad += [e for _, e in skipped]
+                    progress.update(len(part))
+            finally:
+                progress.close()
+            if bad:
+                log.warning("skipped %d bad audio files (data.skip_bad=true), the first: %s",
+                            len(bad), bad[0])  # fmt: skip
+                if not rows:
+                    raise PipelineError(f"{root}: no readable audio files")
+                # the good rows copied, chunk by chunk, into a file of their number
+                good = np.lib.format.open_memmap(tmp / "features.npy", "w+", np.float32,
+                                                 (len(rows), *shape))  # fmt: skip
+                for i in range(0, len(rows), hp.chunk):
+                    j = min(i + hp.chunk, len(rows))
+                    good[i:j] = x[i:j]
+                (tmp / "all.npy").unlink()
+            else:
+                (tmp / "all.npy").replace(tmp / "features.npy")
             lines = ["file\tlabel\tspeaker\ttake", *("\t".join(map(str, r)) for r in rows)]
             (tmp / "manifest.tsv").write_text("\n".join(lines) + "\n")
-            meta = {"settings": s, "classes": classes, "image_size": list(features[0].shape),
-                    "files": len(rows), "skipped": len(bad)}  # fmt: skip
+            meta = {"settings": s, "classes": sorted({r[1] for r in rows}),
+                    "image_size": list(shape), "files": len(rows), "skipped": len(bad)}  # fmt: skip
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        log.info("prepared %d recordings (%d skipped) as %dx%d log-mels -> %s", len(rows),
-                 len(bad), *features[0].shape, self.processed_dir)  # fmt: skip
+        log.info("prepared %d recordings (%d skipped) as %dx%d log-mels with %d process(es) -> %s",
+                 len(rows), len(bad), *shape, num_proc, self.processed_dir)  # fmt: skip
 
     @property
     def meta(self) -> dict:

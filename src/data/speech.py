@@ -7,7 +7,7 @@ learns to continue
 
 where the prompt is another recording by the target's speaker: at sampling time, a few of a
 speaker's codes and a word give new codes in that voice, turned back into frames (the codes'
-centroids) and audio (src.data.audio.mel_to_audio). Only the target's codes and its EOS are
+centroids) and audio (src.data.mels.mel_to_audio). Only the target's codes and its EOS are
 predicted (the rest is the condition).
 
 Ids: 0..5 the special tokens of src.data.text, 6..31 the letters a-z, 32.. the K codes.

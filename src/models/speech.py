@@ -3,7 +3,7 @@ speech tokens. The audio data module with data.codes=K (src.data.speech) turns e
 into codes of its log-mel frames and lays out [word letters] [a prompt by the same speaker]
 [the target]; the model learns p(target codes | word, prompt) and at sampling time says a word in
 the voice of a few seconds of someone's speech, decoded to audio through the codebook's frames
-and Griffin-Lim (src.data.audio.mel_to_audio).
+and Griffin-Lim (src.data.mels.mel_to_audio).
 
     python -m src.train experiment=tts_fsdd
 
@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from src.data.audio import codes_to_audio, codes_to_frames, log_mel
+from src.data.audio import codes_to_audio, codes_to_frames
+from src.data.mels import log_mel
 from src.data.speech import CODE_OFFSET, sequence, spoken_word
 from src.models.gpt import GPTLitModule
 from src.utils.callbacks import log_image, plot_image_rows
