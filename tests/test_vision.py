@@ -255,7 +255,7 @@ def test_preparing_four_times_the_images_takes_no_more_memory(tmp_path):
 def test_rows_are_read_from_the_file_without_a_memory_map_in_any_process(tmp_path):
     import pickle
 
-    from src.data.image_files import Rows
+    from src.data.arrays import Rows
 
     x = np.random.default_rng(0).integers(0, 256, (20, 3, 5, 4), dtype=np.uint8)
     np.save(tmp_path / "x.npy", x)

@@ -7,7 +7,6 @@ holds only its chunk."""
 from __future__ import annotations
 
 import gzip
-import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,38 +98,6 @@ def resized(im, size: tuple[int, int] | None):
     if size is None or im.size == (size[1], size[0]):
         return im
     return im.resize((size[1], size[0]), Image.BILINEAR)
-
-
-class Rows:
-    """The rows of a .npy file (N, ...) read one at a time with pread, no memory map: pages read
-    stay in the page cache, not in the process, so a loader's memory does not grow as an epoch
-    touches a collection larger than memory. `index` picks a subset (e.g. a share of train)."""
-
-    def __init__(self, path: Path, index: np.ndarray | None = None):
-        with open(path, "rb") as f:
-            fmt = np.lib.format
-            version = fmt.read_magic(f)
-            header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-            shape, fortran, self.dtype = header(f)
-            self.offset = f.tell()
-        if fortran:
-            raise PipelineError(f"{path}: a Fortran-ordered array; expected C order")
-        self.path, self.shape = path, shape[1:]
-        self.size = int(np.prod(self.shape)) * self.dtype.itemsize
-        self.index = np.arange(shape[0]) if index is None else np.asarray(index)
-        self.fd: int | None = None  # opened in the process that reads (a loader's worker)
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDONLY)
-        raw = os.pread(self.fd, self.size, self.offset + int(self.index[i]) * self.size)
-        return np.frombuffer(raw, self.dtype).reshape(self.shape)
-
-    def __getstate__(self) -> dict:  # to a worker process: without the descriptor
-        return {**self.__dict__, "fd": None}
 
 
 # --------------------------------------------------------------------------- sources

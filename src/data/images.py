@@ -62,17 +62,17 @@ import torch
 from torch.utils.data import Dataset
 
 from src.data import vq
+from src.data.arrays import NpyWriter, Rows
 from src.data.captions import DIRECTIONS, CaptionPairs, CaptionVocab, caption, ink, ink_terciles
 from src.data.image_files import (
     ImageSet,
-    Rows,
     decode_chunk,
     read_cifar10,
     read_digits,
     read_folder,
     read_mnist,
 )
-from src.data.parallel import NpyWriter, Progress, in_order
+from src.data.parallel import Progress, in_order
 from src.data.sources import data_root
 from src.data.text import SPLITS, SplitLoaders
 from src.data.translation import collate_pairs
@@ -335,12 +335,12 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             codebook = fit_codebook(train, hp.codes, hp.split_seed, hp.patch)
             np.save(tmp / "codebook.npy", codebook)
             for split in SPLITS:
-                x = np.load(self.processed_dir / f"{split}_x.npy", mmap_mode="r")
-                grid = (x.shape[2] // hp.patch) * (x.shape[3] // hp.patch)
-                codes = NpyWriter(tmp / f"{split}_codes.npy", np.uint16, (len(x), grid))
-                for i in range(0, len(x), hp.chunk):
-                    codes.write(quantize(x[i : i + hp.chunk], codebook, hp.patch))
-                codes.close()
+                x = Rows(self.processed_dir / f"{split}_x.npy")  # (N, C, H, W), chunk by chunk
+                grid = (x.shape[1] // hp.patch) * (x.shape[2] // hp.patch)
+                with NpyWriter(tmp / f"{split}_codes.npy", np.uint16, (len(x), grid)) as codes:
+                    for i in range(0, len(x), hp.chunk):
+                        k = min(hp.chunk, len(x) - i)
+                        codes.write(quantize(x.read(i, k), codebook, hp.patch))
             (tmp / "meta.json").write_text(json.dumps(stamp, indent=1) + "\n")
         log.info("image patches: %d codes of %dx%d pixels -> %s", hp.codes, hp.patch, hp.patch,
                  self.codes_dir)  # fmt: skip

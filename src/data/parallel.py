@@ -16,9 +16,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
-from pathlib import Path
-
-import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -101,28 +98,3 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
-
-
-class NpyWriter:
-    """A .npy file of a known shape written block by block of rows, in order, with plain writes:
-    no memory map, so the pages written leave with the page cache instead of staying in the
-    writing process (a memmap's dirty pages count in its memory until they are written back)."""
-
-    def __init__(self, path: Path, dtype, shape: tuple[int, ...]):
-        self.path, self.dtype, self.shape, self.rows = path, np.dtype(dtype), shape, 0
-        self.file = open(path, "wb")  # noqa: SIM115 (closed by close)
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-                  "shape": tuple(shape)}  # fmt: skip
-        np.lib.format.write_array_header_1_0(self.file, header)
-
-    def write(self, block: np.ndarray) -> None:
-        """The next rows, (k, *shape[1:])."""
-        if block.shape[1:] != tuple(self.shape[1:]) or self.rows + len(block) > self.shape[0]:
-            raise ValueError(f"{self.path}: rows {block.shape} after {self.rows} of {self.shape}")
-        self.file.write(np.ascontiguousarray(block, dtype=self.dtype).tobytes())
-        self.rows += len(block)
-
-    def close(self) -> None:
-        self.file.close()
-        if self.rows != self.shape[0]:
-            raise ValueError(f"{self.path}: {self.rows} rows written of {self.shape[0]}")
