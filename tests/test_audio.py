@@ -18,7 +18,7 @@ from src.data.audio import AudioDataModule
 from src.data.mels import load_audio, log_mel, mel_to_audio
 from src.nn.patch import PatchEmbedding
 from src.utils.errors import PipelineError
-from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
+from tests.conftest import MIRROR, ROOT, assert_ok, assert_one_error_line, run_module
 
 RECORDINGS = MIRROR / "fsdd" / "recordings"
 FSDD = r"(?P<label>\d)_(?P<speaker>[a-z]+)_(?P<take>\d+)\.wav"
@@ -220,32 +220,45 @@ def test_normalisation_statistics_come_from_the_training_split_only(fsdd, tmp_pa
     dm = module(fsdd, tmp_path, pattern=FSDD, split="speaker", test_speakers=["theo"])
     features = np.load(tmp_path / "processed" / "features.npy")
     train_rows = dm.split_rows()["train"]
-    train = dm.splits["train"]
-    assert train.mean == pytest.approx(float(features[train_rows].mean()), rel=1e-5)
-    assert train.std == pytest.approx(float(features[train_rows].std()), rel=1e-4)
-    assert dm.splits["test"].mean == train.mean  # test spectrograms use the train statistics
-    assert abs(float(features.mean()) - train.mean) > 1e-3  # all rows would give another
+    assert dm.mean == pytest.approx(float(features[train_rows].mean()), rel=1e-5)
+    assert dm.std == pytest.approx(float(features[train_rows].std()), rel=1e-4)
+    x, _ = dm.splits["test"][0]  # test spectrograms use the train statistics
+    expected = (features[dm.split_rows()["test"][0]] - dm.mean) / dm.std
+    np.testing.assert_allclose(x[0].numpy(), expected, atol=1e-5)
+    assert abs(float(features.mean()) - dm.mean) > 1e-3  # all rows would give another
 
 
 @pytest.mark.parametrize("scale", [False, True])
-def test_speaker_norm_centres_each_voice_per_mel_band_with_its_own_recordings(scale):
-    from src.data.audio import speaker_normalised
+def test_speaker_norm_centres_each_voice_per_mel_band_with_its_own_recordings(tmp_path, scale):
+    from src.data.arrays import Rows, Spans
+    from src.data.audio import as_bands, band_statistics
 
     rng = np.random.default_rng(0)
     speakers = np.array(["ann", "bob", "ann", "bob", "bob"])
+    voice = (speakers == "bob").astype(int)
     voices = {"ann": rng.normal(3, 2, (4, 1)), "bob": rng.normal(-1, 5, (4, 1))}  # per band
-    x = rng.normal(size=(5, 4, 6)) + np.stack([voices[s] for s in speakers])
-    out = speaker_normalised(x, speakers, scale=scale)
-    for speaker in voices:
-        voice = out[speakers == speaker]
-        np.testing.assert_allclose(voice.mean(axis=(0, 2)), 0, atol=1e-5)
-        if scale:
-            np.testing.assert_allclose(voice.std(axis=(0, 2)), 1, atol=1e-4)
-    # a band's course over time in one recording (the word) is only shifted and scaled
-    band_std = x[speakers == "ann"].std(axis=(0, 2))[:, None] if scale else 1.0
-    np.testing.assert_allclose(np.diff(out[0], axis=1), np.diff(x[0], axis=1) / band_std, atol=1e-4)
-    with pytest.raises(PipelineError, match="speaker"):
-        speaker_normalised(x, np.array(["ann", "", "ann", "bob", "bob"]), scale=scale)
+    x = (rng.normal(size=(5, 4, 6)) + np.stack([voices[s] for s in speakers])).astype(np.float32)
+    np.save(tmp_path / "rows.npy", x)
+    # the same recordings as spans of frames, of lengths 6 each
+    np.save(tmp_path / "frames.npy", np.ascontiguousarray(np.concatenate(x.transpose(0, 2, 1))))
+    train = np.array([True, True, False, True, False])
+    kind = "meanvar" if scale else "mean"
+    for mels in (Rows(tmp_path / "rows.npy"), Spans(tmp_path / "frames.npy", np.arange(6) * 6)):
+        shift, spread, _, std = band_statistics(mels, voice, train, 2, kind)
+        out = np.stack([(as_bands(mels, i) - shift[v][:, None]) / spread[v][:, None]
+                        for i, v in enumerate(voice)])  # fmt: skip
+        # the train split: mean 0 and std 1 over every value
+        assert abs(out[train].mean()) < 1e-5 and out[train].std() == pytest.approx(1, abs=1e-4)
+        for v in range(2):  # each voice's bands alike (shifted by the global mean)
+            bands = out[voice == v].mean(axis=(0, 2))
+            np.testing.assert_allclose(bands, bands[0], atol=1e-4)
+            if scale:
+                spread_v = out[voice == v].std(axis=(0, 2))
+                np.testing.assert_allclose(spread_v, spread_v[0], rtol=1e-3)
+        # a band's course over time in one recording (the word) is only shifted and scaled
+        band_std = x[speakers == "ann"].std(axis=(0, 2))[:, None] if scale else 1.0
+        np.testing.assert_allclose(np.diff(out[0], axis=1), np.diff(x[0], axis=1) / band_std / std,
+                                   atol=1e-4)  # fmt: skip
 
 
 def test_speaker_norm_in_the_data_module_uses_the_unheard_speakers_own_statistics(fsdd, tmp_path):
@@ -318,6 +331,140 @@ def test_labels_come_from_class_folders_without_a_pattern(fsdd, tmp_path):
     dm = module(root, tmp_path)
     assert dm.classes == ["no", "yes"] and dm.model_kwargs == {
         "image_size": [64, 100], "channels": 1, "num_classes": 2}  # fmt: skip
+
+
+def test_the_speech_commands_layout_its_speakers_lists_and_noise_folder(fsdd, tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from src.utils.config import register_resolvers
+
+    register_resolvers()
+    root = tmp_path / "speech_commands"
+    files = {}
+    for word, digit in (("yes", 1), ("no", 2)):
+        (root / word).mkdir(parents=True)
+        for k, speaker in enumerate(("0a7c2a8d", "bd76a7fd", "c1d39ce8")):
+            for take in range(2):
+                name = f"{word}/{speaker}_nohash_{take}.wav"
+                shutil.copy(fsdd / f"{digit}_george_{2 * k + take}.wav", root / name)
+                files.setdefault(speaker, []).append(name)
+    (root / "_background_noise_").mkdir()
+    shutil.copy(fsdd / "0_theo_0.wav", root / "_background_noise_" / "white_noise.wav")
+    (root / "testing_list.txt").write_text("\n".join(files["0a7c2a8d"]) + "\n")
+    (root / "validation_list.txt").write_text("\n".join(files["bd76a7fd"]) + "\n")
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["data=speech_commands", f"data.root={root}",
+                                          f"paths.data_dir={tmp_path / 'data'}"])  # fmt: skip
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup()
+    assert dm.classes == ["no", "yes"] and dm.meta["files"] == 12  # no noise class
+    _, speakers, _ = dm.manifest()
+    rows = dm.split_rows()
+    assert set(speakers[rows["test"]]) == {"0a7c2a8d"} and set(speakers[rows["val"]]) == {
+        "bd76a7fd"} and set(speakers[rows["train"]]) == {"c1d39ce8"}  # fmt: skip
+    assert dm.model_kwargs["image_size"] == [64, 100]  # a second at 16 kHz, 10 ms hops
+
+
+# ---------------------------------------------------------------- recordings of any length
+
+
+def clips_folder(root, n: int = 48, classes: int = 4):
+    """Speech-like clips of 0.3 to 3 s at 8 kHz in class folders (the Speech Commands layout),
+    the label in the vowels they say (bench/loaders.py's speech_like)."""
+    import soundfile as sf
+
+    from bench.loaders import speech_like
+
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        label, seconds = i % classes, float(rng.uniform(0.3, 3.0))
+        (root / f"w{label}").mkdir(parents=True, exist_ok=True)
+        sf.write(root / f"w{label}" / f"{i:03d}.wav", speech_like(seconds, label, i % 3, rng, 8000),
+                 8000)  # fmt: skip
+    return root
+
+
+FULL = dict(fit="full", duration=2.2, batch_size=8)  # 220 frames at most: AST's patches tile them
+
+
+def test_full_fit_keeps_each_recordings_own_frames_written_one_after_another(tmp_path):
+    root = clips_folder(tmp_path / "clips")
+    dm = AudioDataModule(processed_dir=str(tmp_path / "p"), root=str(root), num_proc=2, chunk=8,
+                         **FULL)  # fmt: skip
+    dm.prepare_data()
+    dm.setup()
+    lengths = np.load(tmp_path / "p" / "lengths.npy")
+    frames = np.load(tmp_path / "p" / "features.npy")  # (sum of L_i, n_mels)
+    assert frames.shape == (lengths.sum(), 64) and dm.meta["image_size"] == [64, 220]
+    assert lengths.min() < 60 and lengths.max() == 220  # the shortest kept short, the longest cut
+    first = sorted(root.rglob("*.wav"))[0]  # manifest order: the files sorted
+    expected = log_mel(load_audio(first, 8000), dm.mel_settings())
+    np.testing.assert_array_equal(frames[: lengths[0]].T, expected)
+    # one process writes the same files
+    one = AudioDataModule(processed_dir=str(tmp_path / "p1"), root=str(root), num_proc=1, **FULL)
+    one.prepare_data()
+    for name in ("features.npy", "lengths.npy", "manifest.tsv"):
+        assert (tmp_path / "p" / name).read_bytes() == (tmp_path / "p1" / name).read_bytes()
+    # a batch is padded to its longest, with the lengths; training batches have like lengths
+    x, y, got = next(iter(dm.train_dataloader()))
+    assert x.shape[:3] == (8, 1, 64) and x.shape[3] == int(got.max()) and y.shape == (8,)
+    short = int(got.argmin())
+    assert (x[short, 0, :, int(got[short]) :] == 0).all()  # the padding is the mean
+    heard = np.concatenate([b[2].numpy() for b in dm.test_dataloader()])
+    assert (np.diff(heard) >= 0).all()  # evaluation batches: sorted by length
+    with pytest.raises(PipelineError, match="one length"):
+        AudioDataModule(processed_dir=str(tmp_path), fit="full", codes=64)
+
+
+def test_length_grouped_batches_cover_every_example_once_with_like_lengths():
+    from src.data.text import LengthGroupedSampler
+
+    lengths = np.random.default_rng(0).integers(10, 1000, 1000)
+    sampler = LengthGroupedSampler(lengths, batch_size=16, seed=3)
+    first, second = list(sampler), list(sampler)
+    assert sorted(first) == list(range(1000)) and first != second  # a new order every epoch
+    assert first == list(LengthGroupedSampler(lengths, 16, seed=3))  # the same on every rank
+    spread = np.mean([np.ptp(lengths[first[i : i + 16]]) for i in range(0, 1000, 16)])
+    shuffled = np.random.default_rng(1).permutation(1000)
+    assert spread < 0.1 * np.mean(
+        [np.ptp(lengths[shuffled[i : i + 16]]) for i in range(0, 1000, 16)]
+    )
+
+
+@pytest.mark.parametrize("arch", ["vit", "cnn"])
+def test_a_recording_is_heard_alike_alone_and_padded_in_a_batch(arch):
+    from src.models.image import build_net
+
+    torch.manual_seed(0)
+    net = {"arch": "cnn"} if arch == "cnn" else {"n_layer": 2, "n_head": 2, "d_model": 32,
+                                                  "patch_size": 16, "patch_stride": 12}  # fmt: skip
+    model = build_net(net, image_size=(64, 220), channels=1, num_classes=4).eval()
+    x = torch.randn(1, 1, 64, 96)  # 96 frames, in a batch whose longest has 200
+    batch = torch.cat([torch.nn.functional.pad(x, (0, 104)), torch.randn(1, 1, 64, 200)])
+    alone = model(x, torch.tensor([96]))
+    padded = model(batch, torch.tensor([96, 200]))[:1]
+    unmasked = model(batch)[:1]  # the padding heard
+    if arch == "vit":  # exactly: the padding's patches are masked out of attention
+        torch.testing.assert_close(alone, padded, atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(unmasked, alone, atol=1e-3)
+    else:  # the average leaves the padding out; convolutions still see its edge
+        assert (padded - alone).abs().max() < 0.5 * (unmasked - alone).abs().max()
+
+
+@pytest.mark.parametrize("model", ["ast", "cnn"])
+def test_recordings_of_any_length_train_through_the_entry_point(tmp_path, model):
+    root, run = clips_folder(tmp_path / "clips"), tmp_path / "run"
+    proc = run_module("src.train", f"model={model}", "data=audio", f"data.root={root}",
+                      "data.fit=full", "data.duration=2.2", "data.batch_size=8",
+                      "trainer.max_steps=12", "trainer.log_every_n_steps=2", "logger=csv",
+                      "callbacks.progress_bar.refresh_rate=0", f"paths.data_dir={tmp_path / 'd'}",
+                      f"hydra.run.dir={run}")  # fmt: skip
+    assert_ok(proc)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert "test/acc" in metrics and (run / "confusion.png").exists()
+    assert (run / "attention.png").exists() == (model == "ast")
 
 
 # ---------------------------------------------------------------- bad audio

@@ -6,19 +6,21 @@ Files: every audio file (WAV, FLAC, OGG, read with soundfile) under `root`, recu
 without `root`, the registered dataset `dataset` (FSDD), fetched once. The label and speaker come
 from the file's name through `pattern`, a regex with the named groups `label` and optionally
 `speaker` and `take` (FSDD's `{digit}_{speaker}_{take}.wav` is the preset `data=fsdd`), or, when
-`pattern` is null, the label is the name of the file's folder (the Speech Commands layout).
+`pattern` (or its `label` group) is null, the label is the name of the file's folder (the Speech
+Commands layout; folders named _like_this, its _background_noise_, are not classes).
 
 Preparation (the DVC stage `prepare_audio`, or the first run; skipped while the settings
 fingerprint in meta.json matches): each file mixed to mono, resampled to `sample_rate` (librosa,
 soxr), turned into a log-mel spectrogram (librosa: `n_mels` bands between `f_min` and `f_max`,
 windows of `win_length` samples every `hop_length`, in decibels below the recording's peak down to
 `top_db`) of `duration` x sample_rate / hop_length frames, the recording cut or padded with
-silence (`fit=pad`) or its spectrogram resampled to them (`fit=stretch`) (src.data.mels). The
-files go `chunk` at a time to `num_proc` processes, and each chunk's spectrograms are written as
-they come (memory set by chunk x num_proc, not by the number of files) atomically into
-`processed_dir`:
+silence (`fit=pad`) or its spectrogram resampled to them (`fit=stretch`), or, with `fit=full`,
+of its own frames up to those (src.data.mels). The files go `chunk` at a time to `num_proc`
+processes, and each chunk's spectrograms are written as they come (memory set by chunk x
+num_proc, not by the number of files) atomically into `processed_dir`:
 
-    features.npy    float32 log-mels (N, n_mels, frames), read as a memory map
+    features.npy    float32 log-mels (N, n_mels, frames); fit=full: every recording's frames
+                    one after another (sum of L_i, n_mels), with lengths.npy (N,) the L_i
     manifest.tsv    file, label, speaker, take of each row
     meta.json       settings, classes, spectrogram shape, files skipped
 
@@ -29,12 +31,17 @@ Splits (at set-up, from the manifest, so that changing them does not recompute s
 `split=random` stratified by label (`splits`, seeded); `split=speaker` holds out
 `test_speakers` (or, with `fold=K`, the K-th speaker in sorted order: leave-one-speaker-out),
 never seen in training, and val is a stratified share of the other speakers' files;
-`split=official` is FSDD's: takes 0-4 of every speaker are test. Batches are (x, y), y the label
+`split=official` is FSDD's (takes 0-4 of every speaker are test) or, with Speech Commands'
+testing_list.txt and validation_list.txt in `root`, theirs. Batches are (x, y), y the label
 or, with `target=speaker`, the speaker (a voice classifier, split at random or officially), x
-(B, 1, n_mels, frames) normalised with the mean and std of the train split's spectrograms (with
-`speaker_norm`, each speaker's bands first brought to mean 0, and std 1, over their recordings);
+(B, 1, n_mels, frames) read from disk a recording at a time and normalised with the mean and std
+of the train split's spectrograms (with `speaker_norm`, each speaker's bands first brought to
+mean 0, and std 1, over their recordings; both computed in one pass, band_statistics);
 training spectrograms get SpecAugment's masks: one band of up to `freq_mask` mel bands and one of
-up to `time_mask` frames set to the mean.
+up to `time_mask` frames set to the mean. With `fit=full` the batches are (x, y, lengths): x
+padded with the mean to the batch's longest recording, and recordings of like lengths batched
+together (LengthGroupedSampler; evaluation in order of length), so little of a batch is padding;
+the models mask it (src.models.image).
 
 With `codes=K` (set by model=tts) the recordings are speech tokens instead (src.data.speech):
 their frames, `stack` at a time, quantised by a k-means codebook fitted on the train split's
@@ -49,6 +56,8 @@ import json
 import logging
 import os
 import re
+import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +66,7 @@ import torch
 from torch.utils.data import Dataset
 
 from src.data import vq
+from src.data.arrays import NpyWriter, Rows, Spans
 from src.data.images import stratified_split
 from src.data.mels import load_audio, mel_chunk, mel_shape, mel_to_audio
 from src.data.parallel import Progress, in_order
@@ -69,7 +79,7 @@ from src.data.speech import (
     spoken_word,
     vector_frames,
 )
-from src.data.text import SPLITS, SplitLoaders
+from src.data.text import SPLITS, LengthGroupedSampler, SplitLoaders
 from src.utils.errors import PipelineError
 from src.utils.files import atomic_dir
 
@@ -95,18 +105,30 @@ def codes_to_audio(codes: np.ndarray, codebook: np.ndarray, s: dict) -> list[np.
 
 
 def label_of(path: Path, root: Path, pattern: re.Pattern | None) -> tuple[str, str, int]:
-    """(label, speaker, take) of a file: from its name through `pattern`, or its folder's name."""
-    if pattern is None:
-        if path.parent == root:
-            raise PipelineError(f"{path}: not in a class folder (root/<label>/<file>); or set "
-                                "data.pattern to read the label from file names")  # fmt: skip
-        return path.parent.name, "", -1
-    m = pattern.fullmatch(path.name)
-    if m is None:
-        raise PipelineError(f"{path}: its name does not match data.pattern={pattern.pattern!r}")
-    groups = m.groupdict()
+    """(label, speaker, take) of a file: from its name through `pattern`; the label, without a
+    `label` group in it, is the name of the file's folder."""
+    groups = {}
+    if pattern is not None:
+        m = pattern.fullmatch(path.name)
+        if m is None:
+            raise PipelineError(f"{path}: its name does not match data.pattern={pattern.pattern!r}")
+        groups = m.groupdict()
+    if not groups.get("label") and path.parent == root:
+        raise PipelineError(f"{path}: not in a class folder (root/<label>/<file>); or set "
+                            "data.pattern to read the label from file names")  # fmt: skip
     take = groups.get("take")
-    return groups["label"], groups.get("speaker") or "", int(take) if take else -1
+    return (groups.get("label") or path.parent.name, groups.get("speaker") or "",
+            int(take) if take else -1)  # fmt: skip
+
+
+def listed_audio(root: Path) -> list[Path]:
+    """The audio files under root, sorted, but those in folders named _like_this (Speech
+    Commands' _background_noise_: long recordings of noise, not a class)."""
+    return sorted(
+        f for f in root.rglob("*")
+        if f.suffix.lower() in AUDIO_SUFFIXES
+        and not any(p.startswith("_") for p in f.relative_to(root).parts[:-1])
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- batches
@@ -123,52 +145,94 @@ def rescale(x: torch.Tensor, axis: int, factor: float) -> torch.Tensor:
     return x.index_select(axis, lo) * (1 - w) + x.index_select(axis, (lo + 1).clamp(max=n - 1)) * w
 
 
-def speaker_normalised(x: np.ndarray, speakers: np.ndarray, scale: bool) -> np.ndarray:
-    """x (N, n_mels, frames) with each speaker's mean per mel band, over all of that speaker's
-    recordings, subtracted (and with `scale` divided by the band's std): per-speaker CMVN, as in
-    speaker-adapted recognisers. A voice's long-term spectrum (its formants, its microphone) goes;
-    the words stay. No labels are used, so an unheard speaker's statistics come from their own
-    unlabelled recordings."""
-    if (speakers == "").any():
-        raise PipelineError("data.speaker_norm needs the speaker of every file "
-                            "(data.pattern with a (?P<speaker>...) group)")  # fmt: skip
-    out = np.array(x, dtype=np.float32)
-    for speaker in np.unique(speakers):
-        rows = speakers == speaker
-        voice = out[rows]  # (n, n_mels, frames)
-        voice -= voice.mean(axis=(0, 2), keepdims=True)
-        if scale:
-            voice /= voice.std(axis=(0, 2), keepdims=True) + 1e-6
-        out[rows] = voice
-    return out
+def band_statistics(mels: Rows | Spans, voice: np.ndarray, train: np.ndarray, voices: int,
+                    speaker_norm: str) -> tuple[np.ndarray, np.ndarray, float, float]:  # fmt: skip
+    """One pass over the log-mels, a recording at a time (memory set by the longest recording,
+    not by their number) -> (shift, scale), (voices, n_mels) each, that normalise a recording of
+    voice v as (x - shift[v]) / scale[v], and the train split's mean and std they include.
+
+    With speaker_norm, each voice's mean per mel band over all of its recordings is subtracted
+    first (meanvar: and its std divided): per-speaker CMVN, as in speaker-adapted recognisers. A
+    voice's long-term spectrum (its formants, its microphone) goes, the words stay; no labels are
+    used, so an unheard speaker's statistics come from their own unlabelled recordings. Then the
+    train split's mean and std, over every value, bring the inputs to mean 0 and std 1."""
+    n_mels = mels.shape[0]  # a row's (n_mels, frames), or a frame's (n_mels,)
+    sums = np.zeros((2, voices, 3, n_mels))  # [all | train][voice][frames, sum, sum of squares]
+    for i in range(len(mels)) if speaker_norm != "none" else np.flatnonzero(train):
+        x = as_bands(mels, i).astype(np.float64)  # (n_mels, L)
+        acc = np.stack([np.full(n_mels, x.shape[1]), x.sum(1), np.square(x).sum(1)])
+        sums[0, voice[i]] += acc
+        if train[i]:
+            sums[1, voice[i]] += acc
+    centre, spread = np.zeros((voices, n_mels)), np.ones((voices, n_mels))
+    if speaker_norm != "none":
+        n, s1, s2 = sums[0].transpose(1, 0, 2)  # (voices, n_mels) each
+        centre = s1 / n
+        if speaker_norm == "meanvar":
+            spread = np.sqrt(np.maximum(s2 / n - centre**2, 0)) + 1e-6
+    # the train split's z = (x - centre) / spread, its sums from those of x
+    n, s1, s2 = sums[1].transpose(1, 0, 2)
+    z1 = (s1 - n * centre) / spread
+    z2 = (s2 - 2 * centre * s1 + n * centre**2) / spread**2
+    mean = z1.sum() / n.sum()
+    std = float(np.sqrt(max(z2.sum() / n.sum() - mean**2, 0))) + 1e-6
+    return centre + mean * spread, spread * std, float(mean), std
+
+
+def as_bands(mels: Rows | Spans, i: int) -> np.ndarray:
+    """Recording i's log-mels as (n_mels, L): a row (n_mels, frames), or a span of frames."""
+    x = mels[i]
+    return x.T if isinstance(mels, Spans) else x
 
 
 class Spectrograms(Dataset):
-    """One split's log-mels as (1, n_mels, frames) tensors normalised by the train mean and std.
+    """One split's log-mels, read from disk a recording at a time, as (1, n_mels, L) tensors
+    normalised per mel band, (x - shift) / scale, with the row of its voice (band_statistics).
     Augmented in training: each axis stretched by a random factor within 1 +- warp (mel axis:
     another voice, time axis: another pace), then SpecAugment's masks, a random band of up to
     freq_mask mel bands and one of up to time_mask frames set to 0 (the mean)."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, mean: float, std: float,
-                 masks: tuple[int, int] = (0, 0), warps: tuple[float, float] = (0.0, 0.0),
-                 seed: int = 0):  # fmt: skip
-        self.x, self.y, self.mean, self.std = x, y, mean, std
+    def __init__(self, mels: Rows | Spans, y: np.ndarray, voice: np.ndarray, shift: np.ndarray,
+                 scale: np.ndarray, masks: tuple[int, int] = (0, 0),
+                 warps: tuple[float, float] = (0.0, 0.0), seed: int = 0):  # fmt: skip
+        self.mels, self.y, self.voice = mels, y, voice
+        self.shift = torch.from_numpy(shift).float()[..., None]  # (voices, n_mels, 1)
+        self.scale = torch.from_numpy(scale).float()[..., None]
         self.masks, self.warps, self.rng = masks, warps, np.random.default_rng(seed)
 
     def __len__(self) -> int:
         return len(self.y)
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """(N,) frames of each recording."""
+        if isinstance(self.mels, Spans):
+            return self.mels.lengths
+        return np.full(len(self), self.mels.shape[-1])
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        x = (torch.from_numpy(np.array(self.x[i])) - self.mean) / self.std  # (n_mels, frames)
+        v = self.voice[i]
+        x = (torch.from_numpy(np.array(as_bands(self.mels, i))) - self.shift[v]) / self.scale[v]
         for axis, warp in enumerate(self.warps):
             if warp:
                 x = rescale(x, axis, float(self.rng.uniform(1 - warp, 1 + warp)))
         for axis, width in enumerate(self.masks):
             if width:
-                w = int(self.rng.integers(0, width + 1))
+                w = min(int(self.rng.integers(0, width + 1)), x.shape[axis])
                 start = int(self.rng.integers(0, x.shape[axis] - w + 1))
                 x.narrow(axis, start, w).zero_()
         return x[None], int(self.y[i])
+
+
+def collate_lengths(items: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, ...]:
+    """Spectrograms (1, n_mels, L_i) of any lengths and their labels -> x (B, 1, n_mels, max L)
+    padded with 0 (the mean) after each recording's end, y (B,) and the lengths L_i (B,), from
+    which the models mask the padding."""
+    lengths = torch.tensor([x.shape[-1] for x, _ in items])
+    x = torch.zeros(len(items), *items[0][0].shape[:2], int(lengths.max()))
+    for b, (xb, _) in enumerate(items):
+        x[b, ..., : xb.shape[-1]] = xb
+    return x, torch.tensor([y for _, y in items]), lengths
 
 
 # --------------------------------------------------------------------------- the data module
@@ -221,8 +285,11 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         seed: int = 0,
     ):
         super().__init__()
-        if fit not in ("pad", "stretch"):
-            raise PipelineError(f"data.fit={fit!r}: choose pad or stretch")
+        if fit not in ("pad", "stretch", "full"):
+            raise PipelineError(f"data.fit={fit!r}: choose pad, stretch or full")
+        if fit == "full" and codes:
+            raise PipelineError("data.codes (speech tokens) needs recordings of one length: "
+                                "data.fit=pad or stretch")  # fmt: skip
         if split not in ("random", "speaker", "official"):
             raise PipelineError(f"data.split={split!r}: choose random, speaker or official")
         if target not in ("label", "speaker"):
@@ -243,11 +310,9 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
             raise PipelineError("no audio: set data.root=<folder of audio files>")
         if pattern is not None:
             try:
-                groups = re.compile(pattern).groupindex
+                re.compile(pattern)
             except re.error as e:
                 raise PipelineError(f"data.pattern={pattern!r}: not a regex ({e})") from None
-            if "label" not in groups:
-                raise PipelineError(f"data.pattern={pattern!r} has no (?P<label>...) group")
         if chunk < 1:
             raise PipelineError(f"data.chunk={chunk}: choose at least 1 file per job")
         if abs(sum(splits) - 1) > 1e-6 or min(splits) <= 0:
@@ -274,12 +339,11 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
             self._prepare(settings)
 
     def _prepare(self, s: dict) -> None:
-        """The log-mels of `chunk` files at a time, made by num_proc processes and written to a
-        memory map as they come: memory is set by chunk and num_proc, not by the number of
-        files."""
+        """The log-mels of `chunk` files at a time, made by num_proc processes and written as
+        they come: memory is set by chunk and num_proc, not by the number of files."""
         hp = self.hparams
         root = data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
-        files = sorted(f for f in root.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
+        files = listed_audio(root)
         if not files:
             raise PipelineError(f"{root}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
         pattern = re.compile(hp.pattern) if hp.pattern else None
@@ -290,38 +354,41 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
             num_proc = 1  # too few files to pay for starting processes
         jobs = ((str(root), [r[0] for r in listed[i : i + hp.chunk]], s, hp.skip_bad)
                 for i in range(0, len(listed), hp.chunk))  # fmt: skip
-        shape = mel_shape(s)  # (n_mels, frames)
-        rows, bad = [], []  # the manifest's rows of the good files; the bad files' errors
+        shape = mel_shape(s)  # (n_mels, frames): every recording's, or with fit=full the most
+        full = s["fit"] == "full"
+        rows, bad, lengths = [], [], []  # the good files' manifest rows and frames; bad: errors
         with atomic_dir(self.processed_dir) as tmp:
-            # (N, n_mels, frames), a row per listed file: the good files' rows fill the first ones
-            x = np.lib.format.open_memmap(tmp / "all.npy", "w+", np.float32, (len(files), *shape))
+            # fixed length: (N, n_mels, frames); full: each recording's frames after the last's,
+            # (sum of L_i, n_mels), with lengths.npy
+            out = NpyWriter(tmp / "features.npy", np.float32, (None, shape[0]) if full
+                            else (None, *shape))  # fmt: skip
             progress = Progress(len(files), "log-mel spectrograms", "files", 1)
-            try:
-                for k, (mels, skipped) in enumerate(in_order(mel_chunk, jobs, num_proc,
-                                                             preload="src.data.mels")):  # fmt: skip
-                    x[len(rows) : len(rows) + len(mels)] = mels  # (good ones, n_mels, frames)
-                    gone = {i for i, _ in skipped}
-                    start = k * hp.chunk
-                    part = listed[start : start + len(mels) + len(skipped)]
-                    rows += [r for i, r in enumerate(part) if i not in gone]
-                    bad += [e for _, e in skipped]
-                    progress.update(len(part))
-            finally:
-                progress.close()
+            results = in_order(mel_chunk, jobs, num_proc, preload="src.data.mels")
+            with out:
+                try:
+                    for k, (mels, skipped) in enumerate(results):
+                        if mels:
+                            out.write(np.concatenate([m.T for m in mels]) if full
+                                      else np.stack(mels))  # fmt: skip
+                            lengths += [m.shape[1] for m in mels]
+                        gone = {i for i, _ in skipped}
+                        start = k * hp.chunk
+                        part = listed[start : start + len(mels) + len(skipped)]
+                        rows += [r for i, r in enumerate(part) if i not in gone]
+                        bad += [e for _, e in skipped]
+                        progress.update(len(part))
+                finally:
+                    progress.close()
             if bad:
                 log.warning("skipped %d bad audio files (data.skip_bad=true), the first: %s",
                             len(bad), bad[0])  # fmt: skip
                 if not rows:
                     raise PipelineError(f"{root}: no readable audio files")
-                # the good rows copied, chunk by chunk, into a file of their number
-                good = np.lib.format.open_memmap(tmp / "features.npy", "w+", np.float32,
-                                                 (len(rows), *shape))  # fmt: skip
-                for i in range(0, len(rows), hp.chunk):
-                    j = min(i + hp.chunk, len(rows))
-                    good[i:j] = x[i:j]
-                (tmp / "all.npy").unlink()
-            else:
-                (tmp / "all.npy").replace(tmp / "features.npy")
+            if full:
+                np.save(tmp / "lengths.npy", np.array(lengths, np.int64))
+            for name in ("testing_list.txt", "validation_list.txt"):  # Speech Commands' splits
+                if (root / name).exists():
+                    shutil.copy(root / name, tmp / name)
             lines = ["file\tlabel\tspeaker\ttake", *("\t".join(map(str, r)) for r in rows)]
             (tmp / "manifest.tsv").write_text("\n".join(lines) + "\n")
             meta = {"settings": s, "classes": sorted({r[1] for r in rows}),
@@ -377,9 +444,18 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
                 raise PipelineError(f"data.test_speakers: no recordings of {', '.join(unknown)}"
                                     f" (speakers: {', '.join(known)})")  # fmt: skip
             test = np.isin(speakers, held_out)
-        else:  # official
+        else:  # official: Speech Commands' lists of files, or FSDD's takes
+            listed = {n: self.processed_dir / f"{n}_list.txt" for n in ("testing", "validation")}
+            if listed["testing"].exists():
+                files = np.array([r[0] for r in self._rows()])
+                test, val = (np.isin(files, p.read_text().split()) for p in listed.values())
+                return {"train": np.flatnonzero(~test & ~val), "val": np.flatnonzero(val),
+                        "test": np.flatnonzero(test)}  # fmt: skip
             if (takes < 0).all():
-                raise PipelineError("data.split=official needs the take in data.pattern")
+                raise PipelineError(
+                    "data.split=official needs the take in data.pattern, or "
+                    "testing_list.txt and validation_list.txt in data.root"
+                )
             test = takes < 5
         rest = np.flatnonzero(~test)
         share = hp.splits[1] / (hp.splits[0] + hp.splits[1])
@@ -428,6 +504,16 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
                                                train=split == "train", seed=hp.seed)  # fmt: skip
         self.collate = collate_sequences
 
+    def sampler(self, split: str) -> Iterable[int] | None:
+        """With fit=full, batches of like lengths, so that padding to a batch's longest wastes
+        little: training's shuffled in pools (LengthGroupedSampler), the others' sorted."""
+        if self.hparams.fit != "full":
+            return None
+        lengths = self.splits[split].lengths
+        if split == "train":
+            return LengthGroupedSampler(lengths, self.hparams.batch_size, self.hparams.seed)
+        return np.argsort(lengths, kind="stable").tolist()
+
     def state_dict(self) -> dict:
         """What a checkpoint needs to hear new recordings as this data did: the mel settings and
         the train split's mean and std with the class names (a classifier; see
@@ -447,22 +533,39 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         return [load_audio(root / f, hp.sample_rate) for f in files]
 
     # -- loading
+    def features(self) -> Rows | Spans:
+        """The log-mels, read from disk a recording at a time: rows (n_mels, frames), or with
+        fit=full spans of frames (L_i, n_mels)."""
+        path = self.processed_dir / "features.npy"
+        if self.hparams.fit == "full":
+            lengths = np.load(self.processed_dir / "lengths.npy")
+            return Spans(path, np.concatenate([[0], np.cumsum(lengths)]))
+        return Rows(path)
+
     def setup(self, stage: str | None = None) -> None:
         hp = self.hparams
-        x = np.load(self.processed_dir / "features.npy", mmap_mode="r")
-        y, rows = self.manifest()[0], self.split_rows()
+        y, speakers, _ = self.manifest()
+        rows = self.split_rows()
         if hp.codes:
-            self._setup_speech(x, rows)
+            self._setup_speech(np.load(self.processed_dir / "features.npy", mmap_mode="r"), rows)
             return
-        if hp.speaker_norm != "none":
-            x = speaker_normalised(x, self.manifest()[1], scale=hp.speaker_norm == "meanvar")
-        train_x = np.asarray(x[rows["train"]])
-        self.mean, self.std = float(train_x.mean()), float(train_x.std()) + 1e-6
+        if hp.speaker_norm != "none" and (speakers == "").any():
+            raise PipelineError("data.speaker_norm needs the speaker of every file "
+                                "(data.pattern with a (?P<speaker>...) group)")  # fmt: skip
+        voices, voice = np.unique(speakers, return_inverse=True)
+        if hp.speaker_norm == "none":
+            voices, voice = voices[:1], np.zeros_like(voice)
+        mels, train = self.features(), np.zeros(len(y), bool)
+        train[rows["train"]] = True
+        shift, scale, self.mean, self.std = band_statistics(mels, voice, train, len(voices),
+                                                            hp.speaker_norm)  # fmt: skip
         for split in SPLITS:
-            train = split == "train"
+            fit, r = split == "train", rows[split]
             self.splits[split] = Spectrograms(
-                x[rows[split]], y[rows[split]], self.mean, self.std, seed=hp.seed,
-                masks=(hp.freq_mask, hp.time_mask) if train else (0, 0),
-                warps=(hp.freq_warp, hp.time_warp) if train else (0.0, 0.0),
+                mels.subset(r), y[r], voice[r], shift, scale, seed=hp.seed,
+                masks=(hp.freq_mask, hp.time_mask) if fit else (0, 0),
+                warps=(hp.freq_warp, hp.time_warp) if fit else (0.0, 0.0),
             )  # fmt: skip
+        if hp.fit == "full":
+            self.collate = collate_lengths
         log.info("audio splits (%s): %s", hp.split, {s: len(r) for s, r in rows.items()})

@@ -27,7 +27,8 @@ def load_audio(path: Path, sample_rate: int) -> np.ndarray:
 
 
 def mel_shape(s: dict) -> tuple[int, int]:
-    """(n_mels, frames) of every log_mel with settings s, whatever the recording's length."""
+    """(n_mels, frames) of every log_mel with settings s, whatever the recording's length (with
+    fit="full", the most frames)."""
     return s["n_mels"], round(s["duration"] * s["sample_rate"]) // s["hop_length"]
 
 
@@ -36,14 +37,17 @@ def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
     recording's loudest bin, floored at -s["top_db"], frames = duration x sample_rate / hop_length.
     fit="pad": longer recordings are cut, shorter padded with silence; fit="stretch": the whole
     recording's spectrogram is resampled to the frames (an isolated word then fills the window
-    whatever the speaking rate)."""
+    whatever the speaking rate); fit="full": longer recordings are cut, shorter ones keep their
+    own frames (batched by length and padded per batch, with a mask)."""
     frames = mel_shape(s)[1]
     if s.get("trim_db"):  # the recording's quiet ends cut: a word starts and ends alike for all
         y = librosa.effects.trim(y, top_db=s["trim_db"], frame_length=s["win_length"],
                                  hop_length=s["hop_length"])[0]  # fmt: skip
-    if s["fit"] == "pad":
+    if s["fit"] != "stretch":
         samples = frames * s["hop_length"]
-        y = np.pad(y[:samples], (0, max(0, samples - len(y))))
+        y = y[:samples]
+        if s["fit"] == "pad":
+            y = np.pad(y, (0, samples - len(y)))
     mel = librosa.feature.melspectrogram(
         y=y, sr=s["sample_rate"], n_fft=s["n_fft"], win_length=s["win_length"],
         hop_length=s["hop_length"], n_mels=s["n_mels"], fmin=s["f_min"], fmax=s["f_max"],
@@ -59,10 +63,12 @@ def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
     return db.astype(np.float32)
 
 
-def mel_chunk(job: tuple[str, list[str], dict, bool]) -> tuple[np.ndarray, list[tuple[int, str]]]:
+def mel_chunk(
+    job: tuple[str, list[str], dict, bool],
+) -> tuple[list[np.ndarray], list[tuple[int, str]]]:
     """A preparation worker's job (root, files relative to it, mel settings, skip_bad) -> the
-    float32 log-mels (k, n_mels, frames) of its k good files, in order, and (index in the job,
-    error) of each bad one. A bad file without skip_bad raises its PipelineError, named."""
+    float32 log-mels (n_mels, frames) of its good files, in order, and (index in the job, error)
+    of each bad one. A bad file without skip_bad raises its PipelineError, named."""
     root, files, s, skip_bad = job
     mels, bad = [], []
     for i, f in enumerate(files):
@@ -72,7 +78,7 @@ def mel_chunk(job: tuple[str, list[str], dict, bool]) -> tuple[np.ndarray, list[
             if not skip_bad:
                 raise
             bad.append((i, str(e)))
-    return np.stack(mels) if mels else np.zeros((0, *mel_shape(s)), np.float32), bad
+    return mels, bad
 
 
 def mel_to_audio(db: np.ndarray, s: dict, n_iter: int = 32) -> np.ndarray:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -233,14 +233,21 @@ class SplitLoaders:
     splits: dict[str, Dataset]
     collate = None
 
+    def sampler(self, split: str) -> Iterable[int] | None:
+        """The order of a split's examples when it is not plain (shuffled for training)."""
+        return None
+
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
         if split not in self.splits:
             raise PipelineError(f"the data has no {split} split (data.splits); run with test=false")
         hp = self.hparams
+        sampler = self.sampler(split)
+        shuffle = shuffle and sampler is None
         return DataLoader(
             self.splits[split],
             batch_size=hp.batch_size,
             shuffle=shuffle,
+            sampler=sampler,
             generator=torch.Generator().manual_seed(hp.seed) if shuffle else None,
             collate_fn=self.collate,
             num_workers=hp.num_workers,
@@ -255,6 +262,34 @@ class SplitLoaders:
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test")
+
+
+class LengthGroupedSampler(Sampler[int]):
+    """Examples of varying lengths in an order whose runs of `batch_size` have like lengths, so
+    that a batch padded to its longest wastes little: each epoch the examples are shuffled, cut
+    into pools of `pool` batches, each pool sorted by length and cut into batches, and the
+    batches shuffled (a last short one kept last, so that every batch the loader cuts from this
+    order is one of them). The order is seeded by (seed, epoch), so every DDP rank draws the same
+    one (Lightning's DistributedSamplerWrapper then gives each rank its share of every run)."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, pool: int = 50):
+        self.lengths, self.batch_size, self.seed, self.pool = lengths, batch_size, seed, pool
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self) -> Iterator[int]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        self.epoch += 1
+        order, size, batches = rng.permutation(len(self.lengths)), self.batch_size * self.pool, []
+        for i in range(0, len(order), size):
+            part = order[i : i + size]
+            part = part[np.argsort(self.lengths[part], kind="stable")]
+            batches += [part[j : j + self.batch_size] for j in range(0, len(part), self.batch_size)]
+        short = len(order) % self.batch_size != 0  # the last pool's last batch
+        for b in [*rng.permutation(len(batches) - short), *[len(batches) - 1] * short]:
+            yield from batches[b].tolist()
 
 
 class PaddedSplits(SplitLoaders, PreparedText):

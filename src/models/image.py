@@ -67,16 +67,36 @@ class ViT(nn.Module):
         self.transformer = Transformer(cfg)
         self.head = nn.Linear(d, cfg.num_classes)
 
-    def hidden(self, images: Tensor) -> Tensor:
-        """(B, C, H, W) -> the encoder's outputs (B, 1 + N, D), the class token's first."""
-        x = self.patches(images)  # (B, N, D)
+    def hidden(self, images: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """(B, C, H, W) -> the encoder's outputs (B, 1 + N, D), the class token's first.
+
+        Narrower images (the spectrograms of a batch of short recordings, padded to its
+        longest) are read as the first columns of the patch grid, with those columns'
+        positions; lengths (B,), the columns of each image before its padding, masks the
+        patches that start after them."""
+        rows, cols = self.patches.grid
+        p, s = self.patches.patch, self.patches.stride
+        width = images.shape[-1]
+        used = -(-max(width - p, 0) // s) + 1  # the grid columns that cover the width
+        if width < p + (used - 1) * s:  # padded on the right to them
+            images = F.pad(images, (0, p + (used - 1) * s - width))
+        x = self.patches(images)  # (B, rows x used, D), row by row
         x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1)  # (B, 1 + N, D)
         if self.pos is not None:
-            x = x + self.pos
-        return self.transformer(self.drop(x))
+            pos = self.pos
+            if used < cols:  # the positions of the first `used` columns of every row
+                grid = pos[:, 1:].unflatten(1, (rows, cols))[:, :, :used].flatten(1, 2)
+                pos = torch.cat([pos[:, :1], grid], dim=1)
+            x = x + pos
+        mask = None
+        if lengths is not None:  # True at the patches that start in the padding
+            after = torch.arange(used, device=x.device) * s >= lengths[:, None]  # (B, used)
+            mask = torch.cat([after.new_zeros(len(x), 1),
+                              after[:, None].expand(-1, rows, -1).flatten(1)], dim=1)  # fmt: skip
+        return self.transformer(self.drop(x), key_padding_mask=mask)
 
-    def forward(self, images: Tensor) -> Tensor:
-        return self.head(self.hidden(images)[:, 0])  # (B, classes)
+    def forward(self, images: Tensor, lengths: Tensor | None = None) -> Tensor:
+        return self.head(self.hidden(images, lengths)[:, 0])  # (B, classes)
 
 
 @dataclass
@@ -105,8 +125,16 @@ class CNN(nn.Module):
         # cannot be NHWC itself; the weights carry the format to every activation after it)
         self.to(memory_format=torch.channels_last)
 
-    def forward(self, images: Tensor) -> Tensor:
-        return self.head(self.features(images).mean(dim=(2, 3)))
+    def forward(self, images: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """lengths (B,): the columns of each image before its padding (spectrograms batched by
+        length); the features after them are left out of the average."""
+        h = self.features(images)  # (B, C', H', W')
+        if lengths is None:
+            return self.head(h.mean(dim=(2, 3)))
+        seen = -(-lengths * h.shape[-1] // images.shape[-1])  # feature columns that see the image
+        keep = (torch.arange(h.shape[-1], device=h.device) < seen[:, None]).to(h.dtype)  # (B, W')
+        pooled = (h.mean(2) * keep[:, None]).sum(-1) / keep.sum(-1, keepdim=True)  # (B, C')
+        return self.head(pooled)
 
 
 def build_net(net: dict, **sizes) -> ViT | CNN:
@@ -150,8 +178,8 @@ class ImageClassifier(TransformerModule):
                                   self.trainer.datamodule).to(self.device)  # fmt: skip
             object.__setattr__(self, "teacher", net)
 
-    def forward(self, images: Tensor) -> Tensor:
-        return self.net(images)
+    def forward(self, images: Tensor, lengths: Tensor | None = None) -> Tensor:
+        return self.net(images, lengths)
 
     def mixed(self, x: Tensor) -> tuple[Tensor, Tensor | None, float]:
         """The batch x (B, C, H, W) mixed with a shuffled copy of itself, the shuffle and lambda,
@@ -178,16 +206,18 @@ class ImageClassifier(TransformerModule):
         return x, perm, 1 - (bottom - top) * (right - left) / (h * w)
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
-        x, y = batch
+        x, y, lengths = unpack(batch)
         smooth = self.hparams.label_smoothing
         x, perm, lam = self.mixed(x)
-        logits = self(x)
+        if perm is not None and lengths is not None:  # a mix is as long as its longer part
+            lengths = torch.maximum(lengths, lengths[perm])
+        logits = self(x, lengths)
         loss = lam * F.cross_entropy(logits, y, label_smoothing=smooth)
         if perm is not None:  # trained toward the same mix of labels
             loss = loss + (1 - lam) * F.cross_entropy(logits, y[perm], label_smoothing=smooth)
         if self.teacher is not None:  # DeiT: the teacher's label of the same input, a 2nd target
             with torch.no_grad():
-                y_teacher = self.teacher(x).argmax(-1)
+                y_teacher = self.teacher(x, lengths).argmax(-1)
             w = self.hparams.distill
             loss = (1 - w) * loss + w * F.cross_entropy(logits, y_teacher)
         self.check_finite(loss)
@@ -196,21 +226,27 @@ class ImageClassifier(TransformerModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
 
-    def _eval_step(self, stage: str, batch) -> None:
-        x, y = batch
-        logits = self(x)
+    def _eval_step(self, stage: str, batch) -> Tensor:
+        x, y, lengths = unpack(batch)
+        logits = self(x, lengths)
         self.log(f"{stage}/loss", F.cross_entropy(logits, y), prog_bar=True, batch_size=len(y))
         for m in ("acc", "f1"):
             metric = self.metrics[f"{stage}_{m}"]
             metric.update(logits, y)
             self.log(f"{stage}/{m}", metric, prog_bar=m == "acc", batch_size=len(y))
+        return logits
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._eval_step("val", batch)
 
     def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step("test", batch)
-        self.confusion.update(self(batch[0]), batch[1])
+        self.confusion.update(self._eval_step("test", batch), batch[1])
+
+
+def unpack(batch) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(x, y) or, from recordings batched by length, (x, y, lengths) -> x, y, lengths or None."""
+    x, y, *lengths = batch
+    return x, y, lengths[0] if lengths else None
 
 
 def load_classifier(path, image_size=None, num_classes: int | None = None,

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from src.data.audio import codes_to_audio, codes_to_frames
+from src.data.audio import codes_to_audio, codes_to_frames, collate_lengths
 from src.data.mels import log_mel
 from src.data.speech import CODE_OFFSET, sequence, spoken_word
 from src.models.gpt import GPTLitModule
@@ -55,9 +55,12 @@ class Listener:
     def __call__(self, waves: list[np.ndarray]) -> list[str]:
         """Recordings at the checkpoint's sample rate -> the class names it hears."""
         s = self.state
-        x = (torch.from_numpy(np.stack([log_mel(w, s) for w in waves])) - s["mean"]) / s["std"]
-        logits = torch.cat([self.net(b[:, None]) for b in x.split(256)])  # (N, classes)
-        return [s["classes"][i] for i in logits.argmax(-1).tolist()]
+        heard = [((torch.from_numpy(log_mel(w, s)) - s["mean"]) / s["std"])[None] for w in waves]
+        logits = []
+        for i in range(0, len(heard), 256):  # (1, n_mels, L_i) each, padded as in training
+            x, _, lengths = collate_lengths([(h, 0) for h in heard[i : i + 256]])
+            logits.append(self.net(x, lengths if s["fit"] == "full" else None))
+        return [s["classes"][i] for i in torch.cat(logits).argmax(-1).tolist()]
 
 
 class SpeechGPT(GPTLitModule):

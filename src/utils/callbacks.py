@@ -265,11 +265,13 @@ class ImagePlots(pl.Callback):
         patches = getattr(getattr(pl_module, "net", None), "patches", None)
         if not trainer.is_global_zero or patches is None:
             return
-        x, y = next(iter(trainer.datamodule.val_dataloader()))
+        x, y, *lengths = next(iter(trainer.datamodule.val_dataloader()))
         x, y = x[: self.images].to(pl_module.device), y[: self.images]
+        lengths = lengths[0][: self.images].to(pl_module.device) if lengths else None
         with record_attention(pl_module) as maps:
-            predicted = pl_module(x).argmax(-1).cpu()
-        grid = (len(x), *patches.grid)
+            predicted = pl_module(x, lengths).argmax(-1).cpu()
+        rows = patches.grid[0]  # the columns: as many as cover these images (recordings)
+        grid = (len(x), rows, (maps[-1].shape[-1] - 1) // rows)
         last = maps[-1].mean(1)[:, 0, 1:].reshape(grid)  # class token -> patches, (B, rows, cols)
         rolled = attention_rollout(maps)[:, 0, 1:].reshape(grid)
         classes = trainer.datamodule.classes
