@@ -470,6 +470,57 @@ def test_recordings_of_any_length_train_through_the_entry_point(tmp_path, model)
 # ---------------------------------------------------------------- bad audio
 
 
+def as_audio_dataset(root, files: list[str], speakers: bool = True):
+    """Files under root as rows of a Hugging Face dataset: encoded audio, the label as a string
+    (its folder) and the speaker, as Hub audio datasets hold them."""
+    import datasets
+
+    table = datasets.Dataset.from_dict({
+        "audio": [{"bytes": (root / f).read_bytes(), "path": f} for f in files],
+        "word": [f.split("/")[0] for f in files],
+        **({"who": [f"s{i % 3}" for i in range(len(files))]} if speakers else {}),
+    })  # fmt: skip
+    return table.cast_column("audio", datasets.Audio(decode=False))
+
+
+def test_a_datasets_audio_column_is_prepared_as_the_same_files_in_a_folder_are(tmp_path):
+    root = clips_folder(tmp_path / "clips", n=24)
+    files = [str(f.relative_to(root)) for f in sorted(root.rglob("*.wav"))]  # listed_audio's order
+    as_audio_dataset(root, files).save_to_disk(str(tmp_path / "saved"))
+    kw = dict(num_proc=2, chunk=5, **FULL)
+    folder = AudioDataModule(processed_dir=str(tmp_path / "a"), root=str(root), **kw)
+    hub = AudioDataModule(processed_dir=str(tmp_path / "b"), hub=str(tmp_path / "saved"),
+                          label_column="word", speaker_column="who", **kw)  # fmt: skip
+    for dm in (folder, hub):
+        dm.prepare_data()
+    for name in ("features.npy", "lengths.npy"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert hub.classes == folder.classes == ["w0", "w1", "w2", "w3"]
+    rows = hub._rows()
+    assert rows[0] == ("train/0", "w0", "s0", "-1") and rows[4][2] == "s1"
+    assert np.allclose(hub.recordings("train", 2)[1], folder.recordings("train", 2)[1])
+
+
+def test_a_datasets_own_test_and_validation_splits_are_the_official_split(tmp_path):
+    import datasets
+
+    root = clips_folder(tmp_path / "clips", n=24)
+    files = [str(f.relative_to(root)) for f in sorted(root.rglob("*.wav"))]
+    parts = {"train": files[::2], "validation": files[1::4], "test": files[3::4]}
+    datasets.DatasetDict({s: as_audio_dataset(root, f, speakers=False) for s, f in parts.items()}
+                         ).save_to_disk(str(tmp_path / "saved"))  # fmt: skip
+    dm = AudioDataModule(processed_dir=str(tmp_path / "p"), hub=str(tmp_path / "saved"),
+                         label_column="word", split="official", **FULL)  # fmt: skip
+    dm.prepare_data()
+    dm.setup()
+    assert {s: len(r) for s, r in dm.split_rows().items()} == {"train": 12, "val": 6, "test": 6}
+    x, y, lengths = next(iter(dm.test_dataloader()))
+    assert x.shape[:3] == (6, 1, 64) and len(y) == len(lengths) == 6
+    with pytest.raises(PipelineError, match=r"no column 'sound'.*data\.audio_column"):
+        AudioDataModule(processed_dir=str(tmp_path / "q"), hub=str(tmp_path / "saved"),
+                        audio_column="sound", **FULL).prepare_data()  # fmt: skip
+
+
 def bad_folder(fsdd, tmp_path, kind: str):
     """A folder of three good recordings and one bad file named 9_george_0.wav."""
     import soundfile as sf

@@ -17,7 +17,7 @@ from src.models.image import CNN, CNNConfig, ViT, ViTConfig, load_classifier
 from src.nn.patch import PatchEmbedding, grid_size, patchify, unpatchify
 from src.nn.positional import SinusoidalPositionalEncoding2D
 from src.utils.errors import PipelineError
-from tests.conftest import MIRROR, assert_ok, assert_one_error_line, run_module
+from tests.conftest import MIRROR, ROOT, assert_ok, assert_one_error_line, run_module
 
 NET = dict(n_layer=2, n_head=2, d_model=16, patch_size=4, dropout=0.0)
 TINY = ["trainer.max_steps=30", "logger=csv", "callbacks.progress_bar.refresh_rate=0"]
@@ -234,6 +234,58 @@ def test_a_folder_decoded_by_several_processes_in_chunks_is_the_same_as_by_one(t
     assert np.load(one.processed_dir / "train_x.npy").shape == (40, 3, 16, 16)
     mean = np.load(one.processed_dir / "train_x.npy").mean(axis=(0, 2, 3))
     assert np.allclose(one.meta["mean"], mean)  # from the histogram of the train pixels
+
+
+def as_image_dataset(root):
+    """A folder's images as rows of a Hugging Face dataset, in read_folder's order: encoded
+    images and a ClassLabel, as Hub image datasets hold them."""
+    import datasets
+
+    classes = sorted(d.name for d in root.iterdir())
+    files = [(f, k) for k, c in enumerate(classes) for f in sorted((root / c).iterdir())]
+    table = datasets.Dataset.from_dict({
+        "img": [{"bytes": f.read_bytes(), "path": f.name} for f, _ in files],
+        "label": [k for _, k in files],
+    })  # fmt: skip
+    table = table.cast_column("img", datasets.Image(decode=False))
+    return table.cast_column("label", datasets.ClassLabel(names=classes))
+
+
+def test_a_datasets_image_column_is_prepared_as_the_same_images_in_a_folder_are(tmp_path):
+    write_jpegs(tmp_path / "pics", 50)
+    as_image_dataset(tmp_path / "pics").to_parquet(str(tmp_path / "pics.parquet"))
+    kw = dict(mode="RGB", image_size=[16, 16], num_proc=2, chunk=3)
+    folder = module(tmp_path / "a", source="folder", root=str(tmp_path / "pics"), **kw)
+    hub = module(tmp_path / "b", source="hub", hub=str(tmp_path / "pics.parquet"),
+                 image_column="img", **kw)  # fmt: skip
+    a, b = prepared(folder), prepared(hub)
+    assert a.keys() == b.keys() and all(a[f] == b[f] for f in a if f != "meta.json")
+    assert hub.meta["classes"] == ["c0", "c1", "c2", "c3"]  # a Parquet file keeps its ClassLabel
+
+
+def test_a_datasets_own_test_split_stays_the_test_set(tmp_path):
+    import datasets
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from src.utils.config import register_resolvers
+
+    write_jpegs(tmp_path / "pics", 40)
+    table = as_image_dataset(tmp_path / "pics")
+    datasets.DatasetDict({"train": table.select(range(30)), "test": table.select(range(30, 40))}
+                         ).save_to_disk(str(tmp_path / "saved"))  # fmt: skip
+    register_resolvers()
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["data=image_hub", f"data.hub={tmp_path / 'saved'}",
+                                          "data.image_column=img",
+                                          f"paths.data_dir={tmp_path / 'data'}"])  # fmt: skip
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup()
+    assert dm.meta["images"]["test"] == 10 and sum(dm.meta["images"].values()) == 40
+    assert dm.processed_dir.name == "saved-images"
+    with pytest.raises(PipelineError, match=r"no column 'image'.*data\.image_column"):
+        module(tmp_path / "c", source="hub", hub=str(tmp_path / "saved"))
 
 
 def test_preparing_four_times_the_images_takes_no_more_memory(tmp_path):

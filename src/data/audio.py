@@ -7,7 +7,10 @@ without `root`, the registered dataset `dataset` (FSDD), fetched once. The label
 from the file's name through `pattern`, a regex with the named groups `label` and optionally
 `speaker` and `take` (FSDD's `{digit}_{speaker}_{take}.wav` is the preset `data=fsdd`), or, when
 `pattern` (or its `label` group) is null, the label is the name of the file's folder (the Speech
-Commands layout; folders named _like_this, its _background_noise_, are not classes).
+Commands layout; folders named _like_this, its _background_noise_, are not classes). Or `hub`: a
+Hugging Face dataset with an audio column (a Hub name, a saved dataset's folder, Parquet / JSON
+Lines files; `audio_column`, `label_column`, optionally `speaker_column`), its recordings read a
+chunk at a time from its Arrow files (src.data.hub_media); `split=official` keeps its splits.
 
 Preparation (the DVC stage `prepare_audio`, or the first run; skipped while the settings
 fingerprint in meta.json matches): each file mixed to mono, resampled to `sample_rate` (librosa,
@@ -51,7 +54,9 @@ out after its word and a prompt by the same speaker, batched as (x, y) next-toke
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -67,6 +72,7 @@ from torch.utils.data import Dataset
 
 from src.data import vq
 from src.data.arrays import NpyWriter, Rows, Spans
+from src.data.hub_media import blobs, media_labels, open_media
 from src.data.images import stratified_split
 from src.data.mels import load_audio, mel_chunk, mel_shape, mel_to_audio
 from src.data.parallel import Progress, in_order
@@ -252,6 +258,11 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         raw_dir: str = "data/raw",
         mirror: str | None = None,
         pattern: str | None = None,
+        hub: str | None = None,
+        hub_config: str | None = None,
+        audio_column: str = "audio",
+        label_column: str = "label",
+        speaker_column: str | None = None,
         sample_rate: int = 8000,
         duration: float = 1.0,
         fit: str = "pad",
@@ -306,8 +317,8 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
                                 "not data.target=speaker or data.codes")  # fmt: skip
         if split == "speaker" and not test_speakers and fold is None:
             raise PipelineError("data.split=speaker needs data.test_speakers=[...] or data.fold=K")
-        if root is None and dataset is None:
-            raise PipelineError("no audio: set data.root=<folder of audio files>")
+        if root is None and dataset is None and hub is None:
+            raise PipelineError("no audio: set data.root=<folder of audio files> or data.hub")
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -329,8 +340,54 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     def _settings(self) -> dict:
         hp = self.hparams
         root = str(Path(hp.root).expanduser().resolve()) if hp.root else None
-        return {"format": FORMAT, "root": root, "dataset": hp.dataset, "pattern": hp.pattern,
-                "skip_bad": hp.skip_bad, **self.mel_settings()}  # fmt: skip
+        hub = None
+        if hp.hub:
+            local = Path(hp.hub).expanduser()
+            hub = [str(local.resolve()) if local.exists() else hp.hub, hp.hub_config,
+                   hp.audio_column, hp.label_column, hp.speaker_column]  # fmt: skip
+        return {"format": FORMAT, "root": root, "dataset": hp.dataset, "hub": hub,
+                "pattern": hp.pattern, "skip_bad": hp.skip_bad, **self.mel_settings()}  # fmt: skip
+
+    @functools.cached_property
+    def hub_parts(self) -> dict:
+        """data.hub's splits, their audio column left encoded."""
+        hp = self.hparams
+        return open_media(hp.hub, hp.hub_config, hp.audio_column, "audio")
+
+    def _listing(self) -> tuple[Path | None, list[tuple]]:
+        """Where the files are (None: in data.hub) and (file, label, speaker, take) of each
+        recording; a dataset's rows are named <split>/<row>."""
+        hp = self.hparams
+        if hp.hub:
+            parts = self.hub_parts
+            labels, classes = media_labels(parts, hp.label_column)
+            listed = []
+            for split, table in parts.items():
+                speakers = [""] * len(table)
+                if hp.speaker_column:
+                    ids, names = media_labels({split: table}, hp.speaker_column)
+                    speakers = [names[i] for i in ids[split]]
+                listed += [(f"{split}/{i}", classes[k], speakers[i], -1)
+                           for i, k in enumerate(labels[split])]  # fmt: skip
+            return None, listed
+        root = data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
+        files = listed_audio(root)
+        if not files:
+            raise PipelineError(f"{root}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
+        pattern = re.compile(hp.pattern) if hp.pattern else None
+        # a misnamed file stops the stage before any spectrogram
+        return root, [(str(f.relative_to(root)), *label_of(f, root, pattern)) for f in files]
+
+    def _items(self, root: Path | None, files: list[str]) -> list:
+        """What load_audio reads for manifest files: paths under root, or data.hub's encoded
+        recordings (<split>/<row>), read from its Arrow files."""
+        if root is not None:
+            return files
+        items = []
+        for split, group in itertools.groupby(files, key=lambda f: f.split("/")[0]):
+            rows = [int(f.split("/")[1]) for f in group]
+            items += blobs(self.hub_parts[split], self.hparams.audio_column, rows)
+        return items
 
     def prepare_data(self) -> None:
         settings = self._settings()
@@ -342,18 +399,13 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         """The log-mels of `chunk` files at a time, made by num_proc processes and written as
         they come: memory is set by chunk and num_proc, not by the number of files."""
         hp = self.hparams
-        root = data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
-        files = listed_audio(root)
-        if not files:
-            raise PipelineError(f"{root}: no audio files ({', '.join(sorted(AUDIO_SUFFIXES))})")
-        pattern = re.compile(hp.pattern) if hp.pattern else None
-        # (file, label, speaker, take): a misnamed file stops the stage before any spectrogram
-        listed = [(str(f.relative_to(root)), *label_of(f, root, pattern)) for f in files]
+        root, listed = self._listing()  # (file, label, speaker, take) of each recording
+        files = [r[0] for r in listed]
         num_proc = hp.num_proc or os.cpu_count() or 1
         if len(files) < 2 * hp.chunk:
             num_proc = 1  # too few files to pay for starting processes
-        jobs = ((str(root), [r[0] for r in listed[i : i + hp.chunk]], s, hp.skip_bad)
-                for i in range(0, len(listed), hp.chunk))  # fmt: skip
+        jobs = ((root and str(root), self._items(root, files[i : i + hp.chunk]), s, hp.skip_bad)
+                for i in range(0, len(files), hp.chunk))  # fmt: skip
         shape = mel_shape(s)  # (n_mels, frames): every recording's, or with fit=full the most
         full = s["fit"] == "full"
         rows, bad, lengths = [], [], []  # the good files' manifest rows and frames; bad: errors
@@ -383,12 +435,16 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
                 log.warning("skipped %d bad audio files (data.skip_bad=true), the first: %s",
                             len(bad), bad[0])  # fmt: skip
                 if not rows:
-                    raise PipelineError(f"{root}: no readable audio files")
+                    raise PipelineError(f"{root or hp.hub}: no readable audio files")
             if full:
                 np.save(tmp / "lengths.npy", np.array(lengths, np.int64))
             for name in ("testing_list.txt", "validation_list.txt"):  # Speech Commands' splits
-                if (root / name).exists():
+                if root is not None and (root / name).exists():
                     shutil.copy(root / name, tmp / name)
+            if root is None and "test" in self.hub_parts:  # the dataset's own, as those lists
+                for name, split in (("testing_list.txt", "test"), ("validation_list.txt", "val")):
+                    listed_rows = [r[0] for r in rows if r[0].startswith(f"{split}/")]
+                    (tmp / name).write_text("".join(f"{f}\n" for f in listed_rows))
             lines = ["file\tlabel\tspeaker\ttake", *("\t".join(map(str, r)) for r in rows)]
             (tmp / "manifest.tsv").write_text("\n".join(lines) + "\n")
             meta = {"settings": s, "classes": sorted({r[1] for r in rows}),
@@ -527,10 +583,11 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
     def recordings(self, split: str, n: int | None = None) -> list[np.ndarray]:
         """The samples of a split's (first n) recordings, as read for the spectrograms."""
         hp = self.hparams
-        root = data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
+        root = None if hp.hub else data_root(hp.root, hp.dataset, hp.raw_dir, hp.mirror)
         rows = self._rows()
         files = [rows[i][0] for i in self.split_rows()[split][:n]]
-        return [load_audio(root / f, hp.sample_rate) for f in files]
+        items = [root / f for f in files] if root else self._items(None, files)
+        return [load_audio(item, hp.sample_rate) for item in items]
 
     # -- loading
     def features(self) -> Rows | Spans:

@@ -1,18 +1,20 @@
 """Labelled images as their sources hold them, for the image data module (src/data/images.py):
 the small fixed datasets read whole (scikit-learn's digits, MNIST's IDX files, CIFAR-10's
-pickles: at most 180 MB), a folder's files listed and decoded by preparation workers, a chunk
-of images at a time. Kept free of torch, so that a worker starts in a fraction of a second and
-holds only its chunk."""
+pickles: at most 180 MB), a folder's files listed (or a Hugging Face dataset's image column,
+src.data.hub_media) and decoded by preparation workers, a chunk of images at a time. Kept free
+of torch, so that a worker starts in a fraction of a second and holds only its chunk."""
 
 from __future__ import annotations
 
 import gzip
+import io
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from src.data.hub_media import blob_name, blobs, media_labels, open_media
 from src.utils.errors import PipelineError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
@@ -21,14 +23,28 @@ CHANNELS = {"L": 1, "RGB": 3}
 
 @dataclass
 class ImageSet:
-    """N labelled images not yet written: uint8 arrays in memory (N, C, H, W), or N files to
-    decode, converted to `mode` (L or RGB)."""
+    """N labelled images not yet written: uint8 arrays in memory (N, C, H, W), or N files (or
+    encoded images in a dataset's `column`, read a chunk at a time) to decode, converted to
+    `mode` (L or RGB)."""
 
     labels: np.ndarray  # (N,) int64
     classes: list[str]
     images: np.ndarray | None = None
     files: list[str] | None = None
     mode: str = "L"
+    table: object = None  # a datasets.Dataset, its `column` encoded images (hub_media)
+    column: str = "image"
+
+    @property
+    def decoded(self) -> bool:
+        """Arrays already in memory, not files or blobs for workers to decode."""
+        return self.images is not None
+
+    def items(self, rows) -> list:
+        """What decode_chunk opens for `rows`: file paths, or the dataset's encoded images."""
+        if self.table is not None:
+            return blobs(self.table, self.column, rows)
+        return [self.files[j] for j in rows]
 
     def shape(self, size: tuple[int, int] | None) -> tuple[int, int, int]:
         """(C, H, W) of every image once read: at `size`, or as stored (a folder: as its first
@@ -37,7 +53,7 @@ class ImageSet:
             c, h, w = self.images.shape[1:]
         else:
             c = CHANNELS[self.mode]
-            with open_image(self.files[0]) as im:  # the header only
+            with open_image(self.items([0])[0]) as im:  # the header only
                 w, h = im.size
         return (c, *size) if size else (c, h, w)
 
@@ -48,19 +64,22 @@ class ImageSet:
             if self.images is not None:
                 yield self.images[part], None, self.mode, size, None
             elif size:
-                yield None, [self.files[j] for j in part], self.mode, size, None
+                yield None, self.items(part), self.mode, size, None
             else:  # every file must be the size of the first
-                first = self.files[0]
-                yield None, [self.files[j] for j in part], self.mode, self.shape(None)[1:], first
+                first = blob_name(self.items([0])[0])
+                yield None, self.items(part), self.mode, self.shape(None)[1:], first
 
 
-def open_image(path: str):
+def open_image(item: str | dict):
+    """A file, or an encoded image of a dataset ({"bytes", "path"}), opened by Pillow."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        return Image.open(path)
+        if isinstance(item, dict) and item.get("bytes"):
+            return Image.open(io.BytesIO(item["bytes"]))
+        return Image.open(item["path"] if isinstance(item, dict) else item)
     except (OSError, UnidentifiedImageError) as e:
-        raise PipelineError(f"{path}: not a readable image ({e})") from None
+        raise PipelineError(f"{blob_name(item)}: not a readable image ({e})") from None
 
 
 def decode_chunk(job: tuple) -> np.ndarray:
@@ -81,12 +100,12 @@ def decode_chunk(job: tuple) -> np.ndarray:
             with open_image(f) as im:
                 if first and im.size != (size[1], size[0]):
                     raise PipelineError(
-                        f"images of mixed sizes ({first}: {size[0]}x{size[1]}, {f}: "
+                        f"images of mixed sizes ({first}: {size[0]}x{size[1]}, {blob_name(f)}: "
                         f"{im.size[1]}x{im.size[0]}); set data.image_size=[H,W] to resize them all"
                     )
                 a = np.asarray(resized(im.convert(mode), size), dtype=np.uint8)
         except OSError as e:  # a truncated file fails at decoding, after its header was read
-            raise PipelineError(f"{f}: not a readable image ({e})") from None
+            raise PipelineError(f"{blob_name(f)}: not a readable image ({e})") from None
         out[k] = a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
     return out
 
@@ -188,3 +207,15 @@ def read_folder(root: Path, mode: str) -> ImageSet:
         files += map(str, found)
         labels += [label] * len(found)
     return ImageSet(np.asarray(labels, np.int64), classes, files=files, mode=mode)
+
+
+def read_hub(name: str, config: str | None, column: str, label_column: str,
+             mode: str) -> dict[str, ImageSet]:  # fmt: skip
+    """A Hugging Face dataset's images (hub_media), one ImageSet per split it has (train, and
+    val and test when it has them)."""
+    if mode not in CHANNELS:
+        raise PipelineError(f"data.mode={mode!r}: choose L (grey) or RGB")
+    parts = open_media(name, config, column, "image")
+    labels, classes = media_labels(parts, label_column)
+    return {s: ImageSet(labels[s], classes, mode=mode, table=t, column=column)
+            for s, t in parts.items()}  # fmt: skip

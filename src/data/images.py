@@ -8,6 +8,9 @@ Sources (`source`):
   cifar10  CIFAR-10's python batches (`cifar-10-batches-py/` in `root`, or fetched once)
   folder   `root/<class>/*.png|jpg|...`: any images in class sub-folders, read with Pillow,
            converted to `mode` (L or RGB)
+  hub      a Hugging Face dataset with an image column (`hub`: a Hub name, a saved dataset's
+           folder or Parquet / JSON Lines files; `image_column`, `label_column`): its own
+           splits, those it lacks drawn from train (src.data.hub_media)
 With `image_size=[H, W]`, every source's images are resized to H x W (Pillow, bilinear with
 antialiasing): a folder's images of mixed sizes, or smaller images for a shorter ImageGPT window.
 
@@ -70,6 +73,7 @@ from src.data.image_files import (
     read_cifar10,
     read_digits,
     read_folder,
+    read_hub,
     read_mnist,
 )
 from src.data.parallel import Progress, in_order
@@ -235,6 +239,10 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         root: str | None = None,
         raw_dir: str = "data/raw",
         mirror: str | None = None,
+        hub: str | None = None,
+        hub_config: str | None = None,
+        image_column: str = "image",
+        label_column: str = "label",
         mode: str = "L",
         image_size: tuple[int, int] | None = None,
         splits: tuple[float, float, float] = (0.8, 0.1, 0.1),
@@ -255,10 +263,14 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         seed: int = 0,
     ):
         super().__init__()
-        if source not in ("digits", "mnist", "cifar10", "folder"):
-            raise PipelineError(f"data.source={source!r}: choose digits, mnist, cifar10 or folder")
+        if source not in ("digits", "mnist", "cifar10", "folder", "hub"):
+            raise PipelineError(f"data.source={source!r}: choose digits, mnist, cifar10, folder "
+                                "or hub")  # fmt: skip
         if source == "folder" and root is None:
             raise PipelineError("data.source=folder needs data.root=<folder of class folders>")
+        if source == "hub" and hub is None:
+            raise PipelineError("data.source=hub needs data.hub=<Hub name, saved dataset folder "
+                                "or Parquet file>")  # fmt: skip
         if abs(sum(splits) - 1) > 1e-6 or min(splits) <= 0:
             raise PipelineError(f"data.splits={list(splits)} must be positive and sum to 1")
         if not 0 < train_fraction <= 1:
@@ -283,7 +295,13 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
     def _settings(self) -> dict:
         hp = self.hparams
         root = Path(hp.root).expanduser().resolve() if hp.root else None
-        return {"format": FORMAT, "source": hp.source, "root": str(root), "mode": hp.mode,
+        hub = None
+        if hp.source == "hub":
+            local = Path(hp.hub).expanduser()
+            hub = [str(local.resolve()) if local.exists() else hp.hub, hp.hub_config,
+                   hp.image_column, hp.label_column]  # fmt: skip
+        return {"format": FORMAT, "source": hp.source, "root": str(root), "hub": hub,
+                "mode": hp.mode,
                 "image_size": list(hp.image_size) if hp.image_size else None,
                 "splits": list(hp.splits), "split_seed": hp.split_seed}  # fmt: skip
 
@@ -300,8 +318,15 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
             test, train = read_mnist(self._root("mnist"))
         elif hp.source == "cifar10":
             test, train = read_cifar10(self._root("cifar10"))
-        else:
+        elif hp.source == "folder":
             test, train = read_folder(self._root("folder"), hp.mode), None
+        else:
+            sets = read_hub(hp.hub, hp.hub_config, hp.image_column, hp.label_column, hp.mode)
+            if len(sets) == 3:  # its own train, val and test
+                return {s: (sets[s], np.arange(len(sets[s].labels))) for s in SPLITS}
+            train, test = sets.pop("train", None), sets.popitem()[1] if sets else None
+            if test is None:
+                test, train = train, None
         if train is None:  # one set: split it three ways
             parts = stratified_split(test.labels, hp.splits, hp.split_seed)
             return {s: (test, p) for s, p in zip(SPLITS, parts, strict=True)}
@@ -367,7 +392,7 @@ class ImageDataModule(SplitLoaders, pl.LightningDataModule):
         c, h, w = parts["train"][0].shape(size)
         total = sum(len(rows) for _, rows in parts.values())
         num_proc = hp.num_proc or os.cpu_count() or 1
-        if parts["train"][0].files is None or total < 2 * hp.chunk:
+        if parts["train"][0].decoded or total < 2 * hp.chunk:
             num_proc = 1  # arrays already in memory, or too few files to pay for processes
         counts = np.zeros((c, 256), np.int64)  # the train split's pixel values, per channel
         with atomic_dir(self.processed_dir) as tmp:

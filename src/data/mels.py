@@ -5,23 +5,29 @@ worker starts in a fraction of a second and holds only its chunk."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import librosa  # its submodules load on first use
 import numpy as np
 import soundfile as sf
 
+from src.data.hub_media import blob_name
 from src.utils.errors import PipelineError
 
 
-def load_audio(path: Path, sample_rate: int) -> np.ndarray:
-    """A file's samples, mono, at sample_rate: float32 (S,)."""
+def load_audio(item: Path | dict, sample_rate: int) -> np.ndarray:
+    """A file's samples, or an encoded recording's of a dataset ({"bytes", "path"}), mono, at
+    sample_rate: float32 (S,)."""
+    source = item
+    if isinstance(item, dict):
+        source = io.BytesIO(item["bytes"]) if item.get("bytes") else item["path"]
     try:
-        y, sr = sf.read(path, dtype="float32", always_2d=True)  # (S, channels)
+        y, sr = sf.read(source, dtype="float32", always_2d=True)  # (S, channels)
     except (sf.LibsndfileError, RuntimeError, OSError) as e:
-        raise PipelineError(f"{path}: not a readable audio file ({e})") from None
+        raise PipelineError(f"{blob_name(item)}: not a readable audio file ({e})") from None
     if len(y) == 0:
-        raise PipelineError(f"{path}: an empty audio file (no samples)")
+        raise PipelineError(f"{blob_name(item)}: an empty audio file (no samples)")
     y = y.mean(axis=1)
     return librosa.resample(y, orig_sr=sr, target_sr=sample_rate) if sr != sample_rate else y
 
@@ -64,16 +70,18 @@ def log_mel(y: np.ndarray, s: dict) -> np.ndarray:
 
 
 def mel_chunk(
-    job: tuple[str, list[str], dict, bool],
+    job: tuple[str | None, list, dict, bool],
 ) -> tuple[list[np.ndarray], list[tuple[int, str]]]:
-    """A preparation worker's job (root, files relative to it, mel settings, skip_bad) -> the
-    float32 log-mels (n_mels, frames) of its good files, in order, and (index in the job, error)
-    of each bad one. A bad file without skip_bad raises its PipelineError, named."""
+    """A preparation worker's job (root, files relative to it or a dataset's encoded
+    recordings, mel settings, skip_bad) -> the float32 log-mels (n_mels, frames) of its good
+    files, in order, and (index in the job, error) of each bad one. A bad file without skip_bad
+    raises its PipelineError, named."""
     root, files, s, skip_bad = job
     mels, bad = [], []
     for i, f in enumerate(files):
         try:
-            mels.append(log_mel(load_audio(Path(root) / f, s["sample_rate"]), s))
+            item = f if isinstance(f, dict) else Path(root) / f
+            mels.append(log_mel(load_audio(item, s["sample_rate"]), s))
         except PipelineError as e:
             if not skip_bad:
                 raise
