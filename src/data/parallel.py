@@ -43,7 +43,7 @@ def in_order(
     ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods and preload:
         ctx.set_forkserver_preload([preload])
-    with ctx.Pool(num_proc, start, start_args) as pool:
+    with ctx.Pool(num_proc, _one_thread, (start, start_args)) as pool:
         pending: deque = deque()
         for job in jobs:
             pending.append(pool.apply_async(work, (job,)))
@@ -51,6 +51,17 @@ def in_order(
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
+
+
+def _one_thread(start: Callable | None, start_args: tuple) -> None:
+    """A worker's set-up: one BLAS/OpenMP thread (num_proc processes already use the cores;
+    more threads each would fight for them: librosa's mel filter bank is a matrix product), then
+    start(*start_args)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    if start is not None:
+        start(*start_args)
 
 
 class Progress:
