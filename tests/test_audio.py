@@ -433,6 +433,23 @@ def test_length_grouped_batches_cover_every_example_once_with_like_lengths():
     )
 
 
+def test_under_ddp_each_rank_reads_its_own_share_in_batches_of_like_lengths():
+    """Lightning wraps the sampler in a DistributedSamplerWrapper (shuffle off: the loader set
+    none); rank r reads every W-th index of the same order, its runs as long as the global
+    batch."""
+    from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
+
+    from src.data.text import LengthGroupedSampler
+
+    lengths = np.random.default_rng(0).integers(10, 1000, 1000)
+    shares = [list(DistributedSamplerWrapper(LengthGroupedSampler(lengths, 2 * 16, seed=3),
+                                             num_replicas=2, rank=r, shuffle=False))
+              for r in range(2)]  # fmt: skip
+    assert sorted(shares[0] + shares[1]) == list(range(1000))
+    spread = np.mean([np.ptp(lengths[shares[0][i : i + 16]]) for i in range(0, 500, 16)])
+    assert spread < 0.1 * np.ptp(lengths)
+
+
 @pytest.mark.parametrize("arch", ["vit", "cnn"])
 def test_a_recording_is_heard_alike_alone_and_padded_in_a_batch(arch):
     from src.models.image import build_net

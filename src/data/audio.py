@@ -566,8 +566,9 @@ class AudioDataModule(SplitLoaders, pl.LightningDataModule):
         if self.hparams.fit != "full":
             return None
         lengths = self.splits[split].lengths
-        if split == "train":
-            return LengthGroupedSampler(lengths, self.hparams.batch_size, self.hparams.seed)
+        if split == "train":  # under DDP, runs of like lengths as long as the global batch
+            ranks = self.trainer.world_size if self.trainer is not None else 1
+            return LengthGroupedSampler(lengths, self.hparams.batch_size * ranks, self.hparams.seed)
         return np.argsort(lengths, kind="stable").tolist()
 
     def state_dict(self) -> dict:

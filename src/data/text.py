@@ -270,7 +270,9 @@ class LengthGroupedSampler(Sampler[int]):
     into pools of `pool` batches, each pool sorted by length and cut into batches, and the
     batches shuffled (a last short one kept last, so that every batch the loader cuts from this
     order is one of them). The order is seeded by (seed, epoch), so every DDP rank draws the same
-    one (Lightning's DistributedSamplerWrapper then gives each rank its share of every run)."""
+    one; Lightning's DistributedSamplerWrapper then gives rank r every W-th index of it, so under
+    DDP `batch_size` is the global batch (a rank's x W): each rank's batch is then a W-th of one
+    run of like lengths."""
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, pool: int = 50):
         self.lengths, self.batch_size, self.seed, self.pool = lengths, batch_size, seed, pool
