@@ -44,7 +44,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         instantiate_model,
         print_config_tree,
     )
-    from src.utils.errors import PipelineError, lost_peer
+    from src.utils.errors import PipelineError, exit_1_when_a_child_dies, lost_peer
     from src.utils.resume import Preemption, continue_csv, previous_wandb_id, resolve_ckpt_path
 
     run_dir = Path(cfg.paths.output_dir)
@@ -86,6 +86,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         lg.log_hyperparams(hparams)
     _link_wandb(loggers, run_dir, Path(cfg.paths.log_dir))
 
+    exit_1_when_a_child_dies()
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         metrics = {**preemption.metrics, **trainer.callback_metrics}

@@ -255,6 +255,27 @@ def test_ddp_worker_lost(tmp_path, shakespeare, fault):
     assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE
 
 
+def test_lightnings_watch_over_a_dead_child_ends_the_run_with_one_line_and_exit_1():
+    """When Lightning's observer of the processes it started notices a dead one before this
+    process's collective fails, it used to SIGKILL the run (exit -9, no message)."""
+    code = (
+        "import os, subprocess, sys\n"
+        "from lightning_fabric.strategies.launchers.subprocess_script import "
+        "_ChildProcessObserver\n"
+        "from src.utils.errors import exit_1_when_a_child_dies\n"
+        "exit_1_when_a_child_dies()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import os; os._exit(3)'])\n"
+        "child.wait()\n"
+        "_ChildProcessObserver(os.getpid(), [child])._run()\n"
+        "print('not reached')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 1 and "not reached" not in r.stdout
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: process 0 of 2: another process of this run died or stopped")
+    assert "(exit code 3)" in last
+
+
 # --------------------------------------------------------------------------- kill -9
 
 
