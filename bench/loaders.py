@@ -73,17 +73,23 @@ def draw(job: tuple[Path, int, int]) -> None:
         Image.fromarray(image).save(path, quality=90)
 
 
-def make_folder(folder: Path, n: int) -> float:
-    """`n` JPEGs in `folder` (kept when already there); returns its size in GB."""
+def make_collection(folder: Path, n: int, classes: list[str], make, per_job: int) -> float:
+    """`n` items in class folders of `folder`, made by make((folder, start, stop)) in 2
+    processes (kept when already there); returns the folder's size in GB."""
     done = folder / ".done"
     if not done.exists() or done.read_text() != str(n):
         shutil.rmtree(folder, ignore_errors=True)
-        for k in range(CLASSES):
-            (folder / f"c{k:03d}").mkdir(parents=True)
+        for name in classes:
+            (folder / name).mkdir(parents=True)
         with mp.get_context("spawn").Pool(2) as pool:
-            pool.map(draw, [(folder, s, min(s + 500, n)) for s in range(0, n, 500)])
+            pool.map(make, [(folder, s, min(s + per_job, n)) for s in range(0, n, per_job)])
         done.write_text(str(n))
-    return sum(f.stat().st_size for f in folder.rglob("*.jpg")) / 1e9
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e9
+
+
+def make_folder(folder: Path, n: int) -> float:
+    """`n` JPEGs in `folder`; returns its size in GB."""
+    return make_collection(folder, n, [f"c{k:03d}" for k in range(CLASSES)], draw, 500)
 
 
 # (F1, F2) Hz of ten vowels
@@ -128,18 +134,10 @@ def speak(job: tuple[Path, int, int]) -> None:
 
 
 def make_clips(folder: Path, hours: float) -> tuple[int, float]:
-    """Clips of `hours` in `folder` (kept when already there); returns (clips, size in GB)."""
+    """Clips of `hours` in `folder`; returns (clips, size in GB)."""
     n = int(np.searchsorted(np.cumsum([clip_seconds(i) for i in range(int(hours * 800))]),
                             hours * 3600)) + 1  # fmt: skip
-    done = folder / ".done"
-    if not done.exists() or done.read_text() != str(n):
-        shutil.rmtree(folder, ignore_errors=True)
-        for k in range(WORDS):
-            (folder / f"word{k}").mkdir(parents=True)
-        with mp.get_context("spawn").Pool(2) as pool:
-            pool.map(speak, [(folder, s, min(s + 200, n)) for s in range(0, n, 200)])
-        done.write_text(str(n))
-    return n, sum(f.stat().st_size for f in folder.rglob("*.wav")) / 1e9
+    return n, make_collection(folder, n, [f"word{k}" for k in range(WORDS)], speak, 200)
 
 
 # --------------------------------------------------------------------------- the loaders
