@@ -182,6 +182,21 @@ PAIRS = [
         Pair(m, "audio", "test/acc", ["data.root={user}/sounds"], 300, f"{m}/your-audio")
         for m in ("ast", "cnn")
     ),
+    *(
+        Pair(m, "image_hub", "test/acc", ["data.hub={user}/pics.parquet"], 300, f"{m}/your-hub")
+        for m in ("vit", "cnn")
+    ),
+    *(
+        Pair(
+            m,
+            "speech_commands",
+            "test/acc",
+            ["data.root={user}/commands"],
+            300,
+            f"{m}/your-commands",
+        )
+        for m in ("ast", "cnn")
+    ),
     YOUR_TEXT,
     fine_tune(rank=0),
     fine_tune(rank=8),
@@ -192,10 +207,13 @@ def user_files(user: Path, raw_dir: Path = ROOT / "data/raw",
                speakers: tuple = ("jackson", "nicolas"), takes: int = 50) -> None:  # fmt: skip
     """A user's own data, made from tiny Shakespeare (fetched into data/raw, or from the mirror):
     corpus.txt, its first 60 %, and speakers.csv, the 2 most frequent speakers' speeches after;
-    pics/<digit>/<n>.png, the 8 x 8 digits as a folder of class folders; and
+    pics/<digit>/<n>.png, the 8 x 8 digits as a folder of class folders, and pics.parquet, the
+    same as a Hugging Face dataset (an encoded image column and a ClassLabel);
     sounds/<word>/<n>.flac, FSDD's recordings (`takes` of each) of the digits 0-4 by `speakers`
     as stereo FLAC at 16 kHz in folders named by the word (zero, one, ...): other rate, channels
-    and format."""
+    and format; and commands/, the same recordings in the Speech Commands layout (mono 16 kHz
+    WAV named {speaker hash}_nohash_{take}.wav, a noise folder, testing and validation lists
+    of every tenth take: two voices are too few to hold one out)."""
     import csv
     import os
 
@@ -216,21 +234,45 @@ def user_files(user: Path, raw_dir: Path = ROOT / "data/raw",
 
     digits = read_digits()  # a folder of class folders of PNG files
     images, labels, names = digits.images, digits.labels, digits.classes
+    rows = {"image": [], "label": []}
     for i, (img, label) in enumerate(zip(images, labels, strict=True)):
         (user / "pics" / names[label]).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(img[0]).save(user / "pics" / names[label] / f"{i}.png")
+        png = user / "pics" / names[label] / f"{i}.png"
+        Image.fromarray(img[0]).save(png)
+        rows["image"].append({"bytes": png.read_bytes(), "path": png.name})
+        rows["label"].append(int(label))
+    import datasets
+
+    features = datasets.Features({"image": datasets.Image(decode=False),
+                                  "label": datasets.ClassLabel(names=list(names))})  # fmt: skip
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(str(user / "pics.parquet"))
+    import hashlib
+
     import librosa
     import soundfile as sf
 
     fsdd = fetch("fsdd", raw_dir, os.environ.get("DATA_MIRROR")) / "recordings"
+    commands = user / "commands"
+    lists = {"testing": [], "validation": []}
     for digit, word in enumerate(("zero", "one", "two", "three", "four")):
         (user / "sounds" / word).mkdir(parents=True, exist_ok=True)
+        (commands / word).mkdir(parents=True, exist_ok=True)
         for speaker in speakers:
+            code = hashlib.sha1(speaker.encode()).hexdigest()[:8]
             for take in range(takes):
                 y, sr = sf.read(fsdd / f"{digit}_{speaker}_{take}.wav", dtype="float32")
                 y = librosa.resample(y, orig_sr=sr, target_sr=16000)
                 sf.write(user / "sounds" / word / f"{speaker}{take}.flac",
                          np.stack([y, 0.5 * y], axis=1), 16000)  # fmt: skip
+                name = f"{word}/{code}_nohash_{take}.wav"
+                sf.write(commands / name, y, 16000)
+                if take % 10 < 2:
+                    lists["testing" if take % 10 == 0 else "validation"].append(name)
+    (commands / "_background_noise_").mkdir(exist_ok=True)
+    noise = np.random.default_rng(0).normal(0, 0.1, 16000 * 3).astype(np.float32)
+    sf.write(commands / "_background_noise_" / "white_noise.wav", noise, 16000)
+    for kind, files in lists.items():
+        (commands / f"{kind}_list.txt").write_text("\n".join(files) + "\n")
 
 
 def run(pair: Pair, out: Path, extra: list[str] = ()) -> dict:

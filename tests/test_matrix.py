@@ -76,6 +76,16 @@ def test_a_users_files_are_a_text_and_a_csv_of_other_speeches(tmp_path, shakespe
 
     info = sf.info(sounds[0])
     assert (info.samplerate, info.channels, info.format) == (16000, 2, "FLAC")
+    import datasets
+
+    hub = datasets.Dataset.from_parquet(str(tmp_path / "user/pics.parquet"))
+    assert len(hub) == 1797 and hub.features["label"].names == [str(k) for k in range(10)]
+    commands = tmp_path / "user/commands"
+    words = sorted(d.name for d in commands.iterdir() if d.is_dir())
+    assert words == ["_background_noise_", "four", "one", "three", "two", "zero"]
+    tests = (commands / "testing_list.txt").read_text().split()
+    assert len(tests) == 5 * 2 and all((commands / name).is_file() for name in tests)
+    assert sf.info(commands / tests[0]).channels == 1
 
 
 @pytest.fixture(scope="module")
