@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,50 @@ def test_a_long_file_comes_in_pieces_cut_between_lines(tmp_path, shakespeare, sm
     for p, _, _ in pieces[:-1]:  # a line break with a non-space character on either side
         assert p[-1] == "\n" and not p[-2].isspace()
     assert sum(size for _, _, size in pieces) == shakespeare.stat().st_size
+
+
+def one_line(n_words: int = 60_000, seed: int = 0) -> str:
+    """text8-like text: lowercase words and single spaces, no line break."""
+    rng = np.random.default_rng(seed)
+    words = ["the", "of", "and", "anarchism", "originated", "as", "a", "term", "abuse",
+             "first", "used", "against", "early", "working", "class", "radicals",
+             "including", "diggers"]  # fmt: skip
+    return " " + " ".join(rng.choice(words, n_words, p=np.r_[[0.2, 0.1], [0.7 / 16] * 16]))
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe", "word"])
+def test_text_without_line_breaks_is_cut_before_a_word_and_encodes_as_one_piece(
+    tmp_path, monkeypatch, kind
+):
+    (tmp_path / "text8").write_text(one_line())
+    prepare_corpus(tmp_path / "whole", Corpus(tmp_path / "text8"), kind, 256, PARTS)
+    monkeypatch.setattr(corpus, "PIECE", 20_000)
+    pieces = [p for p, _, _ in Corpus(tmp_path / "text8").pieces()]
+    assert len(pieces) > 10 and "".join(pieces) == (tmp_path / "text8").read_text()
+    assert all(p[-1] != " " and q[:1] == " " and q[1].isalpha() for p, q in pairwise(pieces))
+    prepare_corpus(tmp_path / "cut", Corpus(tmp_path / "text8"), kind, 256, PARTS, num_proc=2,
+                   chunk_mb=0.05)  # fmt: skip
+    assert digests(tmp_path / "cut") == digests(tmp_path / "whole")
+
+
+def test_a_gzipped_head_and_the_same_head_of_the_whole_file_are_one_corpus(tmp_path, monkeypatch):
+    import gzip
+
+    monkeypatch.setattr(corpus, "PIECE", 20_000)
+    text = one_line()
+    (tmp_path / "text8").write_text(text)
+    head = text[:123_457]
+    with gzip.open(tmp_path / "head.txt.gz", "wt") as f:
+        f.write(head)
+    zipped = Corpus(tmp_path / "head.txt.gz")
+    assert zipped.size() == len(head) and "".join(p for p, _, _ in zipped.pieces()) == head
+    cut = Corpus(tmp_path / "text8", max_chars=len(head))
+    assert cut.size() == len(head) and "".join(p for p, _, _ in cut.pieces()) == head
+    prepare_corpus(tmp_path / "a", zipped, "word", None, PARTS)
+    prepare_corpus(tmp_path / "b", cut, "word", None, PARTS)
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
+    with pytest.raises(PipelineError, match=r"data\.max_chars=0"):
+        Corpus(tmp_path / "text8", max_chars=0)
 
 
 def test_at_most_two_chunks_a_process_wait_in_memory(tmp_path):

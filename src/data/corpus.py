@@ -8,13 +8,17 @@
        documents drawn by a seeded hash (`split_by=document`, as nanoGPT splits OpenWebText)
 
 Memory is set by `chunk_mb` x `num_proc` and the tokenizer sample, never by the corpus: documents
-are read lazily, long ones in pieces of about a MB cut after a line break between two non-space
-characters. Such a cut changes no token of the char, word and byte-level BPE tokenizers (each
-splits its input at line breaks first), so the result is the same as encoding whole documents.
+are read lazily (gzip-compressed files too), long ones in pieces of about a MB cut after a line
+break between two non-space characters, or, in text without line breaks (text8 is one line of
+10^8 characters), before a space between a non-space character and a letter. Such a cut changes
+no token of the char, word and byte-level BPE tokenizers (each splits its input at line breaks,
+and BPE's pre-tokenizer starts a word at the space before it), so the result is the same as
+encoding whole documents.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -71,12 +75,17 @@ class Corpus:
     """An ordered stream of documents: each text file is one, or each row's `text_column` of
     JSONL / Parquet files, of a folder written by `datasets`' `save_to_disk`, or of a dataset of
     the Hugging Face Hub (`hub`, `hub_config`, `hub_split`; `streaming` reads it without a
-    local copy). `path` None and no `hub`: the Python standard library's sources."""
+    local copy). `path` None and no `hub`: the Python standard library's sources.
+    `max_chars`: the stream's first this many characters only (a corpus's head: the same
+    text from a whole download and from a copy of its beginning)."""
 
     def __init__(self, path: str | Path | None = None, glob: str = "**/*",
                  text_column: str = "text", hub: str | None = None, hub_config: str | None = None,
-                 hub_split: str = "train", streaming: bool = False):  # fmt: skip
-        self.text_column, self.hub = text_column, hub
+                 hub_split: str = "train", streaming: bool = False,
+                 max_chars: int | None = None):  # fmt: skip
+        if max_chars is not None and max_chars < 1:
+            raise PipelineError(f"data.max_chars={max_chars}: a positive number, or null for all")
+        self.text_column, self.hub, self.max_chars = text_column, hub, max_chars
         self.hub_args = {"name": hub_config, "split": hub_split, "streaming": streaming}
         self.files: list[Path] = []
         self.kind = "hub" if hub else "files"
@@ -98,13 +107,17 @@ class Corpus:
         """What the prepared data depends on: the files' names, sizes and times, or the Hub
         dataset's name and arguments."""
         if self.kind == "hub":
-            return {"hub": self.hub, **self.hub_args, "text_column": self.text_column}
-        files = self.files
-        if self.kind == "saved":
-            files = sorted(f for f in self.files[0].iterdir() if f.is_file())
-        identity = {"files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files]}
-        if self.kind != "files":
-            identity["text_column"] = self.text_column
+            identity = {"hub": self.hub, **self.hub_args, "text_column": self.text_column}
+        else:
+            files = self.files
+            if self.kind == "saved":
+                files = sorted(f for f in self.files[0].iterdir() if f.is_file())
+            identity = {"files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)]
+                                  for f in files]}  # fmt: skip
+            if self.kind != "files":
+                identity["text_column"] = self.text_column
+        if self.max_chars is not None:  # only when set: earlier preparations stay valid
+            identity["max_chars"] = self.max_chars
         return identity
 
     def size(self) -> int | None:
@@ -112,12 +125,25 @@ class Corpus:
         if self.kind == "hub":
             return None
         if self.kind == "saved":
-            return sum(f.stat().st_size for f in self.files[0].glob("*.arrow"))
-        return sum(f.stat().st_size for f in self.files)
+            size = sum(f.stat().st_size for f in self.files[0].glob("*.arrow"))
+        else:
+            size = sum(_text_size(f) for f in self.files)
+        return size if self.max_chars is None else min(size, self.max_chars)
 
     def pieces(self) -> Iterator[tuple[str, bool, int]]:
         """(text, ends a document, bytes read) in corpus order; documents of blank text are
-        left out, and long ones come in several pieces."""
+        left out, and long ones come in several pieces; the last cut at max_chars."""
+        left = self.max_chars
+        for piece, ends, size in self._all_pieces():
+            if left is not None and len(piece) >= left:
+                piece = piece[:left]
+                yield piece, True, len(piece.encode())
+                return
+            yield piece, ends, size
+            if left is not None:
+                left -= len(piece)
+
+    def _all_pieces(self) -> Iterator[tuple[str, bool, int]]:
         if self.kind == "files":
             yield from self._file_pieces()
             return
@@ -130,14 +156,15 @@ class Corpus:
     def _file_pieces(self) -> Iterator[tuple[str, bool, int]]:
         skipped = 0
         for f in self.files:
-            size = f.stat().st_size
+            size = _text_size(f)
             try:
-                if size <= PIECE:  # most files: read whole, blank ones left out
+                if size <= PIECE and not _gzipped(f):  # most files: read whole, blank ones left out
                     text = f.read_text(encoding="utf-8")
                     if text.strip():
                         yield text, True, size
                     continue
-                with open(f, encoding="utf-8", newline="") as stream:
+                opener = gzip.open if _gzipped(f) else open
+                with opener(f, "rt", encoding="utf-8", newline="") as stream:
                     yield from _stream_pieces(stream)
             except UnicodeDecodeError:
                 if len(self.files) == 1:
@@ -170,16 +197,35 @@ class Corpus:
             yield from batch[self.text_column]
 
 
+def _gzipped(f: Path) -> bool:
+    return f.suffix.lower() == ".gz"
+
+
+def _text_size(f: Path) -> int:
+    """Bytes of text in file f: a gzip file's from its trailer (the size modulo 2^32)."""
+    if not _gzipped(f):
+        return f.stat().st_size
+    with open(f, "rb") as stream:
+        stream.seek(-4, os.SEEK_END)
+        return int.from_bytes(stream.read(4), "little")
+
+
 def _next_cut(text: str, start: int) -> int:
     """Where the piece of `text` that begins at `start` ends: after the last line break within
-    PIECE characters that has a non-space character on both sides, else after the first such
-    line break further on (0: none)."""
+    PIECE characters that has a non-space character on both sides, else before the last space
+    within them between a non-space character and a letter, else after the first such line
+    break further on (0: none)."""
     end = start + PIECE
     k = text.rfind("\n", start + 1, end)
     while k > start and (text[k - 1].isspace() or k + 1 >= len(text) or text[k + 1].isspace()):
         k = text.rfind("\n", start + 1, k)
     if k > start:
         return k + 1
+    k = text.rfind(" ", start + 1, end)
+    while k > start and (text[k - 1].isspace() or k + 1 >= len(text) or not text[k + 1].isalpha()):
+        k = text.rfind(" ", start + 1, k)
+    if k > start:
+        return k
     later = _SAFE_BREAK.search(text, end)
     return later.end() if later else 0
 

@@ -221,6 +221,15 @@ DATASETS: dict[str, RawDataset] = {
             (_CIFAR10,), "CIFAR-10, python batches (Krizhevsky 2009), 170 MB",
         ),
         RawDataset(
+            # one member, `text8` (10^8 bytes, CRC-32 checked by zipfile as it is extracted; no
+            # SHA-256 is published); a copy of its beginning (a data mirror's text8_head.txt.gz)
+            # counts too: data.max_chars makes the two the same corpus
+            "text8", "text8", ("text8*",),
+            (Download("http://mattmahoney.net/dc/text8.zip", size=31344016, archive=True),),
+            "text8 (Mahoney 2011: the first 10^8 bytes of English Wikipedia, lowercase letters "
+            "and spaces; CC BY-SA), 31 MB zipped",
+        ),
+        RawDataset(
             "fsdd", "fsdd", ("recordings/*.wav",), _fsdd(),
             "Free Spoken Digit Dataset (Jackson et al., CC BY-SA 4.0): 2,500 pinned recordings "
             "of 5 speakers, 17 MB",

@@ -321,6 +321,7 @@ class TextDataModule(PreparedText):
         hub_config: str | None = None,
         hub_split: str = "train",
         streaming: bool = False,
+        max_chars: int | None = None,
         dataset: str | None = None,
         raw_dir: str = "data/raw",
         mirror: str | None = None,
@@ -361,7 +362,7 @@ class TextDataModule(PreparedText):
         if path is None and hp.dataset:  # a registered public corpus, fetched once
             path = fetch(hp.dataset, hp.raw_dir, hp.mirror)
         corpus = Corpus(path, hp.glob, hp.text_column, hp.hub, hp.hub_config, hp.hub_split,
-                        hp.streaming)  # fmt: skip
+                        hp.streaming, hp.max_chars)  # fmt: skip
         prepare_corpus(self.processed_dir, corpus, hp.tokenizer, hp.vocab_size, tuple(hp.splits),
                        hp.tokenizer_file, hp.min_count, hp.tokenizer_sample, hp.split_by,
                        hp.split_seed, hp.num_proc, hp.chunk_mb)  # fmt: skip
