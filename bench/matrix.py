@@ -348,14 +348,10 @@ def token_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def code_streams(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     """ImageGPT's tokens: the train and test images' pixel codes."""
-    from omegaconf import OmegaConf
+    from bench.vision import image_codes
 
-    from src.data.images import quantize
-
-    d = ROOT / OmegaConf.load(run_dir / "config.yaml").data.processed_dir
-    codebook = next(d.glob("codebook*.npy"))
-    return tuple(quantize(np.load(d / f"{s}_x.npy"), np.load(codebook)).ravel()
-                 for s in ("train", "test"))  # fmt: skip
+    _, train, test = image_codes(run_dir)
+    return train.ravel(), test.ravel()
 
 
 def pair_targets(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -103,13 +103,22 @@ def imagegpt(steps: int, out: Path, samples: Path, overrides: list[str]) -> dict
     return score_imagegpt(run_dir, m, seconds, samples)
 
 
-def score_imagegpt(run_dir: Path, m: dict, seconds: float, samples: Path) -> dict:
-    from src.data.images import quantize
+def image_codes(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An ImageGPT run's codebook (K, C P P) and its train and test images' codes (N, H/P W/P),
+    from the image-patches stage's folder."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
-    d = processed(run_dir)
-    codebook = np.load(next(d.glob("codebook*.npy")))
-    train, test = (quantize(np.load(d / f"{s}_x.npy"), codebook) for s in ("train", "test"))
-    k, size = len(codebook), json.loads((d / "meta.json").read_text())["image_size"]
+    data = OmegaConf.load(run_dir / "config.yaml").data
+    d = instantiate(data, processed_dir=str(ROOT / data.processed_dir)).codes_dir
+    return (np.load(d / "codebook.npy"), *(np.load(d / f"{s}_codes.npy").astype(np.int64)
+                                           for s in ("train", "test")))  # fmt: skip
+
+
+def score_imagegpt(run_dir: Path, m: dict, seconds: float, samples: Path) -> dict:
+    codebook, train, test = image_codes(run_dir)
+    size = json.loads((processed(run_dir) / "meta.json").read_text())["image_size"]
+    k = len(codebook)
     counts = np.bincount(train.ravel(), minlength=k) + 0.5
     samples.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(run_dir / "samples.png", samples)

@@ -4,6 +4,7 @@ the whole matrix, every pair clearly above its trivial baseline, is `slow` (and 
 from __future__ import annotations
 
 import csv
+import math
 
 import pytest
 
@@ -113,3 +114,9 @@ def test_a_pair_on_splits_averages_them(tmp_path):
     assert len(r["splits"]) == 2 and r["value"] == pytest.approx(sum(r["splits"]) / 2), r
     for k in (0, 1):
         assert (tmp_path / f"gcn__tudataset/fold{k}/metrics.json").is_file()
+
+
+def test_imagegpts_baseline_is_the_unigram_of_the_patch_stages_codes(tmp_path):
+    r = run(Pair("imagegpt", "digits", "test/loss", steps=2), tmp_path,
+            [f"paths.data_dir={tmp_path}", "model.codes=4"])  # fmt: skip
+    assert 0 < r["baseline"] <= math.log(4) and r["value"] > 0, r
