@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from src.data.text import SPECIAL_TOKENS, UNK, load_tokenizer, train_tokenizer
 from src.models.word2vec import (
@@ -16,8 +18,7 @@ from src.models.word2vec import (
     Word2VecConfig,
     WordVectors,
     compact,
-    context_means,
-    context_pairs,
+    context_band,
     draw_noise,
     evaluate,
     gensim_test_file,
@@ -71,31 +72,40 @@ def test_context_pairs_within_each_radius():
     """Every (centre, context) pair of valid positions within the centre's radius, once."""
     valid = torch.tensor([[True] * 5 + [False] * 2])
     radius = torch.tensor([[1, 2, 1, 2, 1, 2, 2]])
-    centre, context = context_pairs(valid, radius)
-    got = sorted(zip(centre.tolist(), context.tolist(), strict=True))
+    got = sorted(map(tuple, context_band(valid, radius)[0].nonzero().tolist()))
     want = sorted(
         (c, o) for c in range(5) for o in range(5) if c != o and abs(c - o) <= radius[0, c]
     )
     assert got == want
 
 
-def test_cbow_averages_each_centres_context_and_skipgram_pairs_it_word_by_word():
-    """'the cat sat on mats', radius 1 but 2 around 'sat': skip-gram predicts each context
-    word from its centre, CBOW each centre from the mean of its context words' vectors."""
-    valid = torch.ones(1, 5, dtype=torch.bool)
-    radius = torch.tensor([[1, 1, 2, 1, 1]])
-    centre, context = context_pairs(valid, radius)
-    pairs = sorted(zip(centre.tolist(), context.tolist(), strict=True))
-    assert pairs == [(0, 1), (1, 0), (1, 2), (2, 0), (2, 1), (2, 3), (2, 4), (3, 2), (3, 4),
-                     (4, 3)]  # fmt: skip
-    v = torch.arange(5.0)[:, None] * torch.tensor([[1.0, 10.0]])  # (5, 2): word w's vector
-    h, centres = context_means(v[context], centre, 5)
-    assert centres.tolist() == [0, 1, 2, 3, 4]
-    want = [[1.0], [(0 + 2) / 2], [(0 + 1 + 3 + 4) / 4], [(2 + 4) / 2], [3.0]]
-    torch.testing.assert_close(h, torch.tensor(want) * torch.tensor([[1.0, 10.0]]))
-    # a position with no context word (alone in its window) is no CBOW example
-    _, centres = context_means(v[:1], torch.tensor([2]), 5)
-    assert centres.tolist() == [2]
+def test_cbow_averages_each_centres_context_and_skipgram_scores_it_word_by_word():
+    """'the cat sat on mats', radius 1 but 2 around 'sat': skip-gram's loss is each context
+    word's from its centre, CBOW's each centre's from the mean of its context words' vectors;
+    both with S = 1 noise word per true word, which each window draws once: 'on'."""
+    torch.manual_seed(0)
+    words = N_SPECIAL + torch.arange(5)  # the cat sat on mats
+    band = context_band(torch.ones(1, 5, dtype=torch.bool), torch.tensor([[1, 1, 2, 1, 1]]))
+    pairs = [(0, 1), (1, 0), (1, 2), (2, 0), (2, 1), (2, 3), (2, 4), (3, 2), (3, 4), (4, 3)]
+    assert sorted(map(tuple, band[0].nonzero().tolist())) == pairs
+    for mode in ("skipgram", "cbow"):
+        net = Word2Vec(Word2VecConfig(vocab_size=N_SPECIAL + 5, dim=3, mode=mode, negative=1,
+                                      noise_words=1))  # fmt: skip
+        nn.init.normal_(net.emb_out.weight)
+        net.noise.zero_()
+        net.noise[N_SPECIAL + 3] = 1.0  # every noise word is 'on'
+        net.windows = lambda tokens, generator=None: (tokens, band)
+        v, u, k = net.emb_in.weight[words], net.emb_out.weight[words], net.emb_out.weight[words[3]]
+        if mode == "skipgram":
+            terms = [F.logsigmoid(u[o] @ v[c]) + (o != 3) * F.logsigmoid(-k @ v[c])
+                     for c, o in pairs]  # fmt: skip
+        else:
+            contexts = [[o for c_, o in pairs if c_ == c] for c in range(5)]
+            h = [v[ctx].mean(0) for ctx in contexts]
+            terms = [F.logsigmoid(u[c] @ h[c]) + (c != 3) * F.logsigmoid(-k @ h[c])
+                     for c in range(5)]  # fmt: skip
+        want = -torch.stack(terms).mean()
+        torch.testing.assert_close(net(words[None]), want)
 
 
 def test_subsampled_words_vanish_and_neighbours_close_up():
@@ -121,19 +131,38 @@ def test_noise_distribution_and_subsampling():
     assert keep[:N_SPECIAL].sum() == 0 and keep[8] == 1 and keep[6] < keep[7] < 1
 
 
-def test_negative_samples_never_include_the_positive():
-    """Even with the true word holding most of the noise distribution's mass."""
+def test_noise_words_of_a_window_and_two_words_at_least():
     p = torch.tensor([0.0, 0.9, 0.05, 0.05])
-    target = torch.tensor([1, 2, 3, 1] * 500)
-    noise = draw_noise(p, target, 5, torch.Generator().manual_seed(0))
-    assert noise.shape == (2000, 5)
-    assert not (noise == target[:, None]).any() and not (noise == 0).any()
-    # rows of word 1 see only words 2 and 3, in equal shares
-    counts = torch.bincount(noise[target == 1].flatten(), minlength=4)
-    assert counts[1] == 0 and abs(counts[2] - counts[3]) < 0.1 * counts[2:].sum()
+    draws = draw_noise(p, 4000, 5, torch.Generator().manual_seed(0))
+    assert draws.shape == (4000, 5) and not (draws == 0).any()
+    assert abs((draws == 1).float().mean() - 0.9) < 0.01
     net = Word2Vec(Word2VecConfig(vocab_size=N_SPECIAL + 2))
     with pytest.raises(PipelineError, match="two words"):
         net.set_counts(torch.tensor([0] * N_SPECIAL + [7, 0]))
+
+
+def test_shared_noise_words_give_each_pairs_own_loss_in_expectation():
+    """The loss with noise words drawn per window and shared by its centres, against the same
+    vectors' loss written pair by pair with S of their own, averaged over many draws."""
+    torch.manual_seed(0)
+    net = Word2Vec(Word2VecConfig(vocab_size=N_SPECIAL + 6, dim=4, window=1, sample=0,
+                                  noise_words=3))  # fmt: skip
+    net.set_counts(torch.tensor([0] * N_SPECIAL + [5, 4, 3, 3, 2, 1]))
+    nn.init.normal_(net.emb_out.weight)
+    tokens = N_SPECIAL + torch.tensor([[0, 1, 2, 3, 4, 5, 0, 2]])
+    g = torch.Generator().manual_seed(0)
+    shared = torch.stack([net(tokens, g) for _ in range(3000)]).mean()
+    _, band = net.windows(tokens)
+    c, o = (tokens[0, i] for i in band[0].nonzero().T)
+    assert len(c) == 2 * 7  # radius 1: each of the 7 neighbouring pairs both ways
+    v, u = net.emb_in.weight, net.emb_out.weight
+    true = F.logsigmoid((u[o] * v[c]).sum(1))
+    # S times the expectation over k of log σ(-u_k v_c), a k = o skipped (its term 0)
+    p = net.noise[None].repeat(len(o), 1)
+    p[torch.arange(len(o)), o] = 0
+    expected = -(true + 5 * (p * F.logsigmoid(-(v[c] @ u.T))).sum(1)).mean()
+    with torch.no_grad():
+        assert shared.item() == pytest.approx(expected.item(), rel=0.02)
 
 
 # --------------------------------------------------------------------------- training
@@ -158,7 +187,9 @@ def test_loss_decreases_on_a_toy_corpus(mode):
         loss.backward()
         opt.step()
     last = net(windows, torch.Generator().manual_seed(1)).item()
-    assert first == pytest.approx(6 * math.log(2), rel=1e-3)  # u = 0: σ(0) = 1/2 for 1 + 5 words
+    # u = 0: σ(0) = 1/2 for the true word and each of 5 noise words (fewer: a drawn true word
+    # is skipped, and on this toy corpus the commonest words are drawn often)
+    assert 4 * math.log(2) < first <= 6 * math.log(2)
     assert last < 0.7 * first
     vocab = tok.get_vocab()
     vectors = WordVectors(list(vocab), net.emb_in.weight[list(vocab.values())].detach())

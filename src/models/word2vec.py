@@ -20,7 +20,11 @@ as many), dropped words being removed before the windows are formed; and each ce
 window radius is drawn from 1..R, so that nearer words count more.
 
 Batches are the text data module's random windows of a word-level token stream
-(`data.tokenizer=word`); the (centre, context) pairs are formed inside each window, on the fly:
+(`data.tokenizer=word`); the (centre, context) pairs are formed inside each window, on the fly,
+and scored by matrix products over the whole window (a band of its T x T scores); the noise
+words are drawn per window and shared by its centre words, weighted so that the loss is the
+same in expectation (Word2Vec.forward). On 2 CPU cores that trains skip-gram about as fast as
+gensim's C loop with the same settings (bench/word2vec.py):
 
     python -m src.train model=word2vec data=shakespeare data.tokenizer=word data.vocab_size=null
 
@@ -67,6 +71,7 @@ class Word2VecConfig:
     mode: str = "skipgram"  # "skipgram" or "cbow"
     window: int = 5  # R: context words on each side, at most
     negative: int = 5  # S: noise words per true word
+    noise_words: int = 40  # drawn per window and shared by its centre words (see forward)
     sample: float = 1e-3  # t of subsampling; 0 keeps every word
     ns_exponent: float = 0.75  # the noise distribution: unigram counts to this power
 
@@ -92,15 +97,9 @@ def noise_distribution(counts: Tensor, exponent: float = 0.75) -> Tensor:
     return (p / p.sum()).float()
 
 
-def draw_noise(p: Tensor, target: Tensor, s: int, generator: torch.Generator | None = None):
-    """(K,) noise distribution, (N,) true words -> (N, S) noise words, none of a row equal to
-    its true word: a draw that hits it is drawn again, so that no term pushes u_o away from the
-    very v it is pulled towards. p must give weight to two words at least."""
-    noise = torch.multinomial(p, len(target) * s, replacement=True, generator=generator)
-    noise = noise.view(-1, s)
-    while (hit := noise == target[:, None]).any():  # rare: a few percent for the commonest word
-        noise[hit] = torch.multinomial(p, int(hit.sum()), replacement=True, generator=generator)
-    return noise
+def draw_noise(p: Tensor, n: int, s: int, generator: torch.Generator | None = None) -> Tensor:
+    """(K,) noise distribution -> (n, S) noise words, S for each of n windows."""
+    return torch.multinomial(p, n * s, replacement=True, generator=generator).view(n, s)
 
 
 def compact(tokens: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
@@ -110,35 +109,17 @@ def compact(tokens: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
     return tokens.gather(1, order), keep.gather(1, order)
 
 
-def context_pairs(valid: Tensor, radius: Tensor) -> tuple[Tensor, Tensor]:
+def context_band(valid: Tensor, radius: Tensor) -> Tensor:
     """valid: (B, T) positions holding words; radius: (B, T) each centre's window, in 1..R ->
-    (centre, context) positions in the flattened (B T) windows, each (N,): every pair of valid
-    positions at most the centre's radius apart."""
-    b, t = valid.shape
-    rows = torch.arange(b, device=valid.device)[:, None] * t
-    centres, contexts = [], []
-    for d in range(1, int(radius.max()) + 1 if radius.numel() else 1):
-        both = valid[:, :-d] & valid[:, d:]  # (B, T - d): positions i and i + d
-        start = rows + torch.arange(t - d, device=valid.device)  # (B, T - d): flat index of i
-        right = start[both & (radius[:, :-d] >= d)]  # centre i, context i + d
-        left = start[both & (radius[:, d:] >= d)]  # centre i + d, context i
-        centres += [right, left + d]
-        contexts += [right + d, left]
-    return torch.cat(centres), torch.cat(contexts)
+    (B, T, T) C[b, i, j]: word j is a context word of centre i (both valid, 0 < |i - j| <= the
+    radius of i). A band around the diagonal: every (centre, context) pair of the window."""
+    t = valid.shape[1]
+    pos = torch.arange(t, device=valid.device)
+    dist = (pos[None, :] - pos[:, None]).abs()  # (T, T)
+    return (dist > 0) & (dist <= radius[..., None]) & valid[:, :, None] & valid[:, None, :]
 
 
 # --------------------------------------------------------------------------- the model
-
-
-def context_means(vectors: Tensor, centre: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """CBOW's input h: the (P, D) input vectors of the context words of P (centre, context)
-    pairs, and their centre positions (P,) among n -> (N, D) the mean over each centre's
-    context, and the N positions (N,) that have one."""
-    total = torch.zeros(n, vectors.shape[1], dtype=vectors.dtype, device=vectors.device)
-    total.index_add_(0, centre, vectors)  # (n, D)
-    size = torch.bincount(centre, minlength=n)  # (n,): |C| per position
-    has = size > 0
-    return total[has] / size[has, None], has.nonzero().squeeze(1)
 
 
 class Word2Vec(nn.Module):
@@ -175,32 +156,47 @@ class Word2Vec(nn.Module):
         if (self.noise > 0).sum() < 2:
             raise PipelineError("word2vec's negative sampling needs two words or more in training")
 
-    def pairs(self, tokens: Tensor, generator: torch.Generator | None = None):
-        """(B, T) token ids -> the windows' kept tokens (B T,) flat, and (centre, context)
-        positions into them, each (N,), after subsampling and with random radii."""
+    def windows(self, tokens: Tensor, generator: torch.Generator | None = None):
+        """(B, T) token ids -> the windows' kept tokens (B, T), moved up after subsampling, and
+        their (centre, context) pairs under each centre's random radius, (B, T, T)."""
         r = torch.rand(tokens.shape, generator=generator, device=tokens.device)
         tokens, valid = compact(tokens, r < self.keep[tokens])
         radius = torch.randint(1, self.cfg.window + 1, tokens.shape, generator=generator,
                                device=tokens.device)  # fmt: skip
-        centre, context = context_pairs(valid, radius)
-        return tokens.flatten(), centre, context
+        return tokens, context_band(valid, radius)
 
     def forward(self, tokens: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """(B, T) token ids -> the mean negative-sampling loss per true word."""
-        flat, centre, context = self.pairs(tokens, generator)
+        """(B, T) token ids -> the mean negative-sampling loss per true word.
+
+        All of a window's scores come from matrix products, which is what makes this fast on
+        a CPU (a row of E and one of E' read per word, not 1 + S of E' per pair): skip-gram
+        scores every (centre i, word j) of the window, u_j^T v_i, (T, T), and keeps the band
+        of context pairs; CBOW averages each centre's context vectors into h by the band's
+        product with the window's v's. The noise words are drawn per window, `noise_words` of
+        them, and every query of the window (skip-gram's centre, CBOW's h) is scored against all
+        of them, each weighted S / noise_words for each of its true words (a noise word that is
+        the true word itself skipped, as word2vec's C code skips it): the same loss in
+        expectation as S noise words of its own per true word."""
+        tokens, band = self.windows(tokens, generator)  # (B, T), (B, T, T)
+        w = band.to(self.emb_in.weight.dtype)
+        size = w.sum(-1)  # (B, T): |C|, the context words of each centre
+        noise = draw_noise(self.noise, len(tokens), self.cfg.noise_words, generator)  # (B, N)
+        is_word = (noise[:, :, None] == tokens[:, None, :]).to(w.dtype)  # (B, N, T): k is j
+        u = self.emb_out(tokens)  # (B, T, D): u of each word of the window
         if self.cfg.mode == "skipgram":
-            v = self.emb_in(flat[centre])  # (N, D): v_c
-            target = flat[context]  # (N,): o
+            v = self.emb_in(tokens)  # (B, T, D): v_c of each centre
+            true = (w * F.logsigmoid(torch.bmm(v, u.transpose(1, 2)))).sum()
+            against = size[..., None] - torch.bmm(w, is_word.transpose(1, 2))  # (B, T, N)
+            n_true = size.sum()
         else:
-            v, has = context_means(self.emb_in(flat[context]), centre, flat.numel())
-            target = flat[has]  # (N,): the centre words c
-        noise = draw_noise(self.noise, target, self.cfg.negative, generator)  # (N, S)
-        words = torch.cat([target[:, None], noise], 1)  # (N, 1 + S)
-        # (N, 1 + S): u^T v; a product and a sum, several times faster than bmm's N tiny products
-        scores = (self.emb_out(words) * v[:, None]).sum(-1)
-        sign = torch.ones_like(scores)
-        sign[:, 1:] = -1  # σ(u_o^T v) for the true word, σ(-u_k^T v) for the noise
-        return -F.logsigmoid(sign * scores).sum(1).mean()
+            has = (size > 0).to(w.dtype)  # (B, T): centres with a context
+            v = torch.bmm(w, self.emb_in(tokens)) / size.clamp(min=1)[..., None]  # (B, T, D): h
+            true = (has * F.logsigmoid((v * u).sum(-1))).sum()  # u_c^T h
+            against = has[..., None] * (1 - is_word.transpose(1, 2))  # (B, T, N)
+            n_true = has.sum()
+        noise_scores = torch.bmm(v, self.emb_out(noise).transpose(1, 2))  # (B, T, N): u_k^T v
+        noise_loss = (against * F.logsigmoid(-noise_scores)).sum() * self.cfg.negative
+        return -(true + noise_loss / self.cfg.noise_words) / n_true
 
 
 # --------------------------------------------------------------------------- evaluation
