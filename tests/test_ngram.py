@@ -149,7 +149,8 @@ def test_contexts_seen_per_order():
 
 def test_bad_settings():
     for kw, match in [({"order": 0}, "order"), ({"smoothing": "witten_bell"}, "smoothing"),
-                      ({"k": 0.0}, "k="), ({"discount": 1.5}, "discount")]:  # fmt: skip
+                      ({"k": 0.0}, "k="), ({"discount": 1.5}, "discount"),
+                      ({"max_tokens": 1}, "max_tokens")]:  # fmt: skip
         with pytest.raises(PipelineError, match=match):
             NGramLitModule(**{"order": 2, "vocab_size": 8, **kw})
 
@@ -179,3 +180,13 @@ def test_fit_through_src_train(tmp_path, shakespeare):
     model = NGramLitModule(**ckpt["hyper_parameters"])
     model.load_state_dict(ckpt["state_dict"])
     assert model.net.contexts.tolist() == [1, 65, metrics["params/contexts_order3"]]
+    # a data budget: the first 2,000 train characters only (bench/ladder.py's rungs)
+    proc = run_module(
+        "src.train", *fast, "model=ngram", "data=shakespeare", "model.order=3", "logger=csv",
+        "model.max_tokens=2000", "test=false", f"data.path={shakespeare}",
+        f"hydra.run.dir={tmp_path}/small", f"paths.data_dir={tmp_path}/data",
+    )  # fmt: skip
+    assert_ok(proc)
+    assert "of 2000 train tokens" in (tmp_path / "small/train.log").read_text()
+    small = json.loads((tmp_path / "small/metrics.json").read_text())
+    assert small["params/contexts_order3"] < metrics["params/contexts_order3"]

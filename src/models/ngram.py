@@ -197,6 +197,7 @@ class NGramLitModule(LanguageModelMetrics):
         smoothing: str = "kneser_ney",
         k: float = 1.0,
         discount: float = 0.75,
+        max_tokens: int | None = None,
         generation: dict | None = None,
     ):
         super().__init__()
@@ -208,6 +209,8 @@ class NGramLitModule(LanguageModelMetrics):
             raise PipelineError(f"model.k={k!r} must be positive (0 gives log 0 for unseen)")
         if not 0 < discount <= 1:
             raise PipelineError(f"model.discount={discount!r} must be in (0, 1]")
+        if max_tokens is not None and max_tokens < order:
+            raise PipelineError(f"model.max_tokens={max_tokens!r}: at least the order, or null")
         self.save_hyperparameters()
         self.net = NGram(order, vocab_size, smoothing, k, discount)
         self.generation = GenerationConfig(**(generation or {}))
@@ -230,6 +233,7 @@ class NGramLitModule(LanguageModelMetrics):
 
     def on_fit_start(self) -> None:
         stream = self.trainer.datamodule.splits["train"].data  # (N,) memmap of the whole split
+        stream = stream[: self.hparams.max_tokens]  # a data budget (bench/ladder.py)
         start = time.perf_counter()
         self.net.fit(stream)
         self.net.to(self.device)
