@@ -252,7 +252,8 @@ def feed_audio(kind: str, root: Path, processed: Path, workers: int, batches: in
 
     torch.set_num_threads(1)
     threadpool_limits(1)  # librosa's BLAS: one thread a process, as in ours's preparation
-    from src.data.audio import AudioDataModule, collate_lengths
+    from src.data.audio import AudioDataModule
+    from src.data.spectrograms import collate_lengths
 
     dm = AudioDataModule(str(processed), root=str(root), batch_size=CLIPS, num_workers=workers,
                          **AUDIO)  # fmt: skip

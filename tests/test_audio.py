@@ -122,7 +122,7 @@ def test_trim_cuts_the_quiet_ends_so_a_stretched_word_fills_the_window_alike():
 
 
 def test_rescale_moves_a_band_up_by_the_factor():
-    from src.data.audio import rescale
+    from src.data.spectrograms import rescale
 
     x = torch.zeros(64, 100)
     x[20] = 1.0
@@ -231,7 +231,7 @@ def test_normalisation_statistics_come_from_the_training_split_only(fsdd, tmp_pa
 @pytest.mark.parametrize("scale", [False, True])
 def test_speaker_norm_centres_each_voice_per_mel_band_with_its_own_recordings(tmp_path, scale):
     from src.data.arrays import Rows, Spans
-    from src.data.audio import as_bands, band_statistics
+    from src.data.spectrograms import as_bands, band_statistics
 
     rng = np.random.default_rng(0)
     speakers = np.array(["ann", "bob", "ann", "bob", "bob"])
@@ -320,6 +320,24 @@ def test_warps_change_only_the_training_spectrograms(fsdd, tmp_path):
     for split, same in (("train", False), ("val", True), ("test", True)):
         pairs = [(plain.splits[split][i][0], warped.splits[split][i][0]) for i in range(10)]
         assert all(torch.equal(a, b) for a, b in pairs) == same
+
+
+def test_a_noise_floor_lifts_only_the_quiet_bins_of_training_spectrograms(fsdd, tmp_path):
+    """Noise 20-30 dB below the peak added in power: bins near the peak keep their level, bins
+    below the floor rise to it; val and test are untouched; not with cmn."""
+    plain = module(fsdd, tmp_path / "a", pattern=FSDD)
+    noisy = module(fsdd, tmp_path / "b", pattern=FSDD, noise_db=[20, 30])
+    for i in range(10):
+        a, b = plain.splits["train"][i][0], noisy.splits["train"][i][0]
+        db_a, db_b = (x * plain.std + plain.mean for x in (a, b))  # back to dB below the peak
+        assert (db_b >= db_a - 1e-3).all() and db_b.min() >= -30.01
+        loud = db_a > -3
+        assert torch.allclose(db_a[loud], db_b[loud], atol=0.1)
+    assert torch.equal(plain.splits["val"][0][0], noisy.splits["val"][0][0])
+    with pytest.raises(PipelineError, match="noise_db"):
+        module(fsdd, tmp_path / "c", pattern=FSDD, noise_db=[20, 30], cmn=True)
+    with pytest.raises(PipelineError, match="noise_db"):
+        module(fsdd, tmp_path / "c", pattern=FSDD, noise_db=[30, 20])
 
 
 def test_labels_come_from_class_folders_without_a_pattern(fsdd, tmp_path):

@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from src.data.audio import codes_to_audio, codes_to_frames, collate_lengths
+from src.data.audio import codes_to_audio, codes_to_frames
 from src.data.mels import log_mel
+from src.data.spectrograms import collate_lengths
 from src.data.speech import CODE_OFFSET, sequence, spoken_word
 from src.models.gpt import GPTLitModule
 from src.utils.callbacks import log_image, plot_image_rows
