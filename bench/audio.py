@@ -5,8 +5,8 @@ heard in training), (b) a random stratified split, (c) FSDD's official split (ta
 speaker are test).
 
     python bench/audio.py [--ast-steps N] [--cnn-steps N] [--models cnn ast]
-                          [--teacher cnn | none] [--splits speaker random official]
-                          [--out DIR] [--json FILE] [KEY=VALUE ...]
+                          [--teacher cnn | none] [--splits speaker random official voices]
+                          [--voices 2 3] [--out DIR] [--json FILE] [KEY=VALUE ...]
 
 Each model runs its recipe, `experiment=cnn_fsdd | ast_fsdd`: both on the same 20 x 20 log-mels
 (`data=fsdd_small`, CNNWordReco's features), the CNN without augmentation for 650 steps of 32
@@ -14,6 +14,12 @@ Each model runs its recipe, `experiment=cnn_fsdd | ast_fsdd`: both on the same 2
 of 64, distilled from the CNN trained on the same split (DeiT's hard distillation,
 `model.teacher=<the CNN's best checkpoint>`; `--teacher none`: the AST alone); --ast-steps /
 --cnn-steps change the steps.
+
+(d) `voices`: how far a new voice falls with fewer training voices: for each k of --voices, the
+models train on k of the five speakers (the 5 runs of k neighbours in the sorted list, cyclic)
+and are tested on the other 5 - k; with (a)'s four voices, a curve of accuracy against k.
+Every speaker split reports the accuracy on each held-out speaker (from the run's best
+checkpoint, over that speaker's test recordings), its mean and the worst speaker.
 
 The spectrograms are prepared once (the stage `prepare_audio`; its time and files/s printed) and
 every run splits them at set-up. Each run is tested at its best val loss. Prints test accuracy
@@ -71,9 +77,39 @@ def prepare(overrides: list[str]) -> dict:
     return {"seconds": round(seconds, 1), "files": files, "files_per_sec": files / seconds}
 
 
+def voices_splits(k: int) -> list[list[str]]:
+    """Train on k neighbouring speakers (cyclic in the sorted list), test on the rest."""
+    splits = []
+    for start in range(len(SPEAKERS)):
+        train = {SPEAKERS[(start + i) % len(SPEAKERS)] for i in range(k)}
+        held_out = ",".join(s for s in SPEAKERS if s not in train)
+        splits.append(["data.split=speaker", f"data.test_speakers=[{held_out}]"])
+    return splits
+
+
 def run_name(split: list[str]) -> str:
-    """The folder of a split's run: speaker-0, random, ..."""
+    """The folder of a split's run: speaker-0, random, speaker-[jackson,nicolas,theo], ..."""
     return "-".join(override.split("=")[1] for override in split)
+
+
+def speaker_accuracies(run_dir: Path) -> dict[str, float]:
+    """A run's test accuracy on each speaker of its test split, from its best checkpoint."""
+    import numpy as np
+    import torch
+
+    from src.models.image import load_classifier
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    data = instantiate(cfg.data, processed_dir=str(ROOT / cfg.data.processed_dir))
+    data.setup("test")
+    net = load_classifier(teacher_checkpoint(run_dir))
+    speakers = data.manifest()[1][data.split_rows()["test"]]
+    loader = torch.utils.data.DataLoader(data.splits["test"], batch_size=256,
+                                         collate_fn=data.collate)  # fmt: skip
+    with torch.no_grad():
+        right = np.concatenate([(net(x, *lengths).argmax(-1) == y).numpy()
+                                for x, y, *lengths in loader])  # fmt: skip
+    return {s: float(right[speakers == s].mean()) for s in sorted(set(speakers))}
 
 
 def teacher_checkpoint(run_dir: Path) -> Path:
@@ -90,9 +126,12 @@ def train(model: str, split: list[str], steps: int | None, run_dir: Path,
     m, seconds = train_run([*RECIPE[model], *split, *steps_override, "trainer.max_epochs=-1",
                             *overrides], run_dir)  # fmt: skip
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    return {"acc": m["test/acc"], "f1": m["test/f1"], "parameters": int(m["params/total"]),
-            "steps": cfg.trainer.max_steps, "seconds": round(seconds, 1),
-            "epoch_seconds": epoch_seconds(run_dir, cfg.data)}  # fmt: skip
+    result = {"acc": m["test/acc"], "f1": m["test/f1"], "parameters": int(m["params/total"]),
+              "steps": cfg.trainer.max_steps, "seconds": round(seconds, 1),
+              "epoch_seconds": epoch_seconds(run_dir, cfg.data)}  # fmt: skip
+    if cfg.data.split == "speaker":
+        result["speakers"] = speaker_accuracies(run_dir)
+    return result
 
 
 def epoch_seconds(run_dir: Path, data: DictConfig) -> float:
@@ -114,7 +153,9 @@ def main() -> None:
     p.add_argument("--models", nargs="+", choices=["cnn", "ast"], default=["cnn", "ast"])
     p.add_argument("--teacher", choices=["cnn", "none"], default="cnn",
                    help="the AST distils from its split's CNN (trained first), or not")  # fmt: skip
-    p.add_argument("--splits", nargs="+", choices=list(SPLITS), default=list(SPLITS))
+    p.add_argument("--splits", nargs="+", choices=[*SPLITS, "voices"], default=list(SPLITS))
+    p.add_argument("--voices", type=int, nargs="+", default=[2, 3],
+                   help="--splits voices: train on this many of the five speakers")  # fmt: skip
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/audio")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     p.add_argument("overrides", nargs="*", help="more key=value for every run")
@@ -125,21 +166,33 @@ def main() -> None:
     overrides = [f"data.processed_dir={out / 'fsdd-mel'}", *args.overrides]
     stage = prepare([o for o in overrides if o.startswith("data.")])
     print(f"mel stage: {stage['seconds']:.0f} s, {stage['files_per_sec']:.0f} files/s", flush=True)
+    plan = {name: SPLITS[name] for name in args.splits if name != "voices"}
+    if "voices" in args.splits:
+        plan.update({f"voices-{k}": voices_splits(k) for k in args.voices})
     results = {m: {} for m in RECIPE if m in args.models}  # RECIPE's order: the teacher first
     for model in results:
-        for split in args.splits:
+        for split, split_runs in plan.items():
             runs = []
-            for s in SPLITS[split]:
+            for s in split_runs:
                 extra = []
                 if model == "ast" and args.teacher == "cnn":
                     extra = [f"model.teacher={teacher_checkpoint(out / 'cnn' / run_name(s))}"]
                 runs.append(train(model, s, steps[model], out / model / run_name(s),
                                   [*overrides, *extra]))  # fmt: skip
-            results[model][split] = {"acc": fmean(r["acc"] for r in runs), "runs": runs}
-            per = "  ".join(f"{SPEAKERS[k]} {100 * r['acc']:.1f}" for k, r in enumerate(runs))
-            print(f"{model:<4} {split:<9} {100 * results[model][split]['acc']:6.2f} %"
-                  + (f"  ({per})" if split == "speaker" else "")
-                  + f"  {runs[0]['parameters']:,} parameters, {runs[0]['steps']} steps, "
+            entry = results[model][split] = {"acc": fmean(r["acc"] for r in runs), "runs": runs}
+            per = ""
+            if "speakers" in runs[0]:  # each held-out speaker, over the runs that held it out
+                held = {sp for r in runs for sp in r["speakers"]}
+                entry["speakers"] = {
+                    sp: fmean(r["speakers"][sp] for r in runs if sp in r["speakers"])
+                    for sp in sorted(held)
+                }
+                entry["worst"] = min(entry["speakers"].values())
+                per = "  (" + "  ".join(f"{sp} {100 * a:.1f}" for sp, a in
+                                        entry["speakers"].items())  # fmt: skip
+                per += f"; worst {100 * entry['worst']:.1f})"
+            print(f"{model:<4} {split:<9} {100 * entry['acc']:6.2f} %{per}  "
+                  f"{runs[0]['parameters']:,} parameters, {runs[0]['steps']} steps, "
                   f"{runs[0]['epoch_seconds']:.1f} s an epoch", flush=True)  # fmt: skip
     if "ast" in results:
         for split, key in (("speaker", "target_ast_speaker_mean"), ("random", "target_ast_random")):

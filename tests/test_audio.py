@@ -646,3 +646,24 @@ def test_ast_and_cnn_learn_spoken_digits_through_the_entry_point(fsdd, tmp_path,
 
         with pytest.raises(PipelineError, match="cannot judge single recordings"):
             Listener(str(run / "checkpoints" / "last.ckpt"))
+
+
+def test_the_bench_scores_each_held_out_speaker_and_trains_on_fewer_voices(fsdd, tmp_path):
+    """bench/audio.py's voices curve: k neighbouring speakers in training, the rest tested, each
+    held-out speaker's accuracy from the run's best checkpoint (their mean, weighted by their
+    recordings, is the run's test accuracy)."""
+    from bench.audio import SPEAKERS, speaker_accuracies, voices_splits
+
+    splits = voices_splits(2)
+    assert len(splits) == 5 and splits[0][1] == "data.test_speakers=[nicolas,theo,yweweler]"
+    assert splits[4][1] == "data.test_speakers=[jackson,nicolas,theo]"  # yweweler and george
+    run = tmp_path / "run"
+    held_out = ["data.split=speaker", "data.test_speakers=[jackson,theo]"]  # tests/data: 3 voices
+    proc = run_module("src.train", "experiment=cnn_fsdd", *held_out, f"data.root={fsdd}",
+                      "trainer.max_steps=20", "logger=csv", "callbacks.progress_bar.refresh_rate=0",
+                      f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
+    assert_ok(proc)
+    acc = speaker_accuracies(run)
+    assert list(acc) == ["jackson", "theo"] and set(acc) < set(SPEAKERS)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert abs(np.mean(list(acc.values())) - metrics["test/acc"]) < 1e-4  # equal takes each
