@@ -88,8 +88,9 @@ def voices_splits(k: int) -> list[list[str]]:
 
 
 def run_name(split: list[str]) -> str:
-    """The folder of a split's run: speaker-0, random, speaker-[jackson,nicolas,theo], ..."""
-    return "-".join(override.split("=")[1] for override in split)
+    """The folder of a split's run: speaker-0, random, speaker-jackson+nicolas+theo, ..."""
+    name = "-".join(override.split("=")[1] for override in split)
+    return name.replace("[", "").replace("]", "").replace(",", "+")
 
 
 def speaker_accuracies(run_dir: Path) -> dict[str, float]:

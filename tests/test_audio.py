@@ -652,13 +652,14 @@ def test_the_bench_scores_each_held_out_speaker_and_trains_on_fewer_voices(fsdd,
     """bench/audio.py's voices curve: k neighbouring speakers in training, the rest tested, each
     held-out speaker's accuracy from the run's best checkpoint (their mean, weighted by their
     recordings, is the run's test accuracy)."""
-    from bench.audio import SPEAKERS, speaker_accuracies, voices_splits
+    from bench.audio import SPEAKERS, run_name, speaker_accuracies, voices_splits
 
     splits = voices_splits(2)
     assert len(splits) == 5 and splits[0][1] == "data.test_speakers=[nicolas,theo,yweweler]"
+    assert run_name(splits[0]) == "speaker-nicolas+theo+yweweler"  # a folder Hydra accepts
     assert splits[4][1] == "data.test_speakers=[jackson,nicolas,theo]"  # yweweler and george
-    run = tmp_path / "run"
     held_out = ["data.split=speaker", "data.test_speakers=[jackson,theo]"]  # tests/data: 3 voices
+    run = tmp_path / run_name(held_out)
     proc = run_module("src.train", "experiment=cnn_fsdd", *held_out, f"data.root={fsdd}",
                       "trainer.max_steps=20", "logger=csv", "callbacks.progress_bar.refresh_rate=0",
                       f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
