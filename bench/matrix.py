@@ -155,6 +155,7 @@ PAIRS = [
     *(gnn(m, "esol", "test/rmse", steps=300) for m in ("gcn", "gin", "graphnet", "egnn")),
     Pair("gpt", "text", "test/loss", ["trainer.limit_val_batches=20"], 200),
     Pair("gpt", "shakespeare", "test/loss", ["trainer.limit_val_batches=20"], 300),
+    Pair("gpt", "text8", "test/loss", ["trainer.limit_val_batches=20"], 300),
     *(
         Pair(m, d, "test/loss", ["trainer.limit_val_batches=20"], steps)
         for m, steps in (("rnn_lm", 300), ("ngram", 1))
