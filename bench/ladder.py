@@ -33,7 +33,8 @@ from src.utils.summary import emit_summary, train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = 12_549_837  # characters of the data mirror's text8_head.txt.gz
-DATA = ["data=text8", "data.tokenizer=char", "data.block_size=64", "data.batch_size=12",
+BLOCK, BATCH = 64, 12  # tiny Shakespeare's table's windows and batches
+DATA = ["data=text8", "data.tokenizer=char", f"data.block_size={BLOCK}", f"data.batch_size={BATCH}",
         "data.splits=[0.9,0.05,0.05]", "data.steps_per_epoch=250", "data.val_tokens=100000",
         "test=true", "trainer.gradient_clip_val=1.0", "trainer.max_epochs=-1"]  # fmt: skip
 MODELS = {
@@ -46,7 +47,7 @@ PUBLISHED = {"bn_lstm_16m": 1.36, "transformer_t12_44m": 1.18, "transformer_t64_
 
 def run(name: str, steps: int, out: Path, overrides: list[str]) -> dict:
     """One rung: the model at `steps` steps' worth of characters; its test bits per character."""
-    chars = steps * 12 * 64
+    chars = steps * BATCH * BLOCK
     budget = [f"model.max_tokens={chars}", "trainer.max_steps=1"] if name == "5-gram" else [
         f"trainer.max_steps={steps}"]  # fmt: skip
     run_dir = out / name / str(steps)
