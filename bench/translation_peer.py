@@ -24,8 +24,9 @@ comparable speed; the last line printed is JSON.
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
-import json
+import statistics
 import time
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def marian(net: dict, vocab_size: int, pad_id: int, eos_id: int):
     output; randomly initialised."""
     from transformers import MarianConfig, MarianMTModel
 
+    attn_dropout = net.get("attn_dropout")  # on the attention weights; None = dropout
     config = MarianConfig(
         vocab_size=vocab_size,
         d_model=net["d_model"],
@@ -56,6 +58,7 @@ def marian(net: dict, vocab_size: int, pad_id: int, eos_id: int):
         max_position_embeddings=net["block_size"],
         activation_function=net["activation"],
         dropout=net["dropout"],
+        attention_dropout=net["dropout"] if attn_dropout is None else attn_dropout,
         scale_embedding=True,  # token embeddings times sqrt(D), as ours with sinusoidal positions
         pad_token_id=pad_id,
         eos_token_id=eos_id,
@@ -67,9 +70,10 @@ def marian(net: dict, vocab_size: int, pad_id: int, eos_id: int):
 
 def train_marian(model, data, cfg, steps: int) -> tuple[float, float]:
     """Our recipe on the peer's network: AdamW (matrices decayed), warm-up and cosine decay,
-    label-smoothed cross-entropy; the weights of the best val loss, checked once per epoch as
-    Lightning does for ours, are kept. Returns (seconds with validation, source tokens per second
-    of the training steps alone)."""
+    label-smoothed cross-entropy, gradients clipped as our trainer clips them; the weights of
+    the best val loss, checked once per epoch as Lightning does for ours, are kept. Returns
+    (seconds with validation, source tokens per second of training: the median over windows of
+    log_every_n_steps steps, batch loading included, as our Throughput callback logs them)."""
     from src.models.base import adamw, warmup_cosine
 
     o = cfg.model.optim
@@ -77,27 +81,39 @@ def train_marian(model, data, cfg, steps: int) -> tuple[float, float]:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(o.warmup_steps, o.decay_steps, o.min_lr / o.lr)
     )
-    epoch = len(data.train_dataloader())
-    best, best_loss, tokens, seconds, start = None, float("inf"), 0, 0.0, time.perf_counter()
+    epoch, window = len(data.train_dataloader()), cfg.trainer.log_every_n_steps
+    best, best_loss, rates, tokens = None, float("inf"), [], 0
+    start = clock = time.perf_counter()
     batches = itertools.chain.from_iterable(data.train_dataloader() for _ in itertools.count())
     for step, batch in enumerate(itertools.islice(batches, steps), start=1):
-        t0 = time.perf_counter()
         model.train()
         loss = loss_of(model, batch, cfg.model.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clip_val)
         opt.step()
         sched.step()
-        seconds += time.perf_counter() - t0
         tokens += batch["input_ids"].numel()
+        if step % window == 0:
+            now = time.perf_counter()
+            rates.append(tokens / (now - clock))
+            tokens, clock = 0, now
         if step % epoch == 0 or step == steps:
             val = validation_loss(model, data, cfg.model.label_smoothing)
             print(f"marian step {step}: train loss {loss.item():.3f}, val loss {val:.3f}",
                   flush=True)  # fmt: skip
             if val < best_loss:
                 best_loss, best = val, {k: v.clone() for k, v in model.state_dict().items()}
+            tokens, clock = 0, time.perf_counter()  # the window restarts after validation
     model.load_state_dict(best)
-    return time.perf_counter() - start, tokens / seconds
+    return time.perf_counter() - start, statistics.median(rates)
+
+
+def logged_rate(run_dir: Path) -> float:
+    """Our run's training tokens/s: the median of the Throughput callback's windows (CSV log)."""
+    rows = csv.DictReader(next(run_dir.rglob("metrics.csv")).open())
+    return statistics.median(float(r["train/tokens_per_sec"]) for r in rows
+                             if r.get("train/tokens_per_sec"))  # fmt: skip
 
 
 def loss_of(model, batch: dict, label_smoothing: float) -> torch.Tensor:
@@ -180,9 +196,8 @@ def main() -> None:
         run_dir, ours_seconds = args.ours.resolve(), log_span(args.ours / "train.log")
     else:
         run_dir, ours_seconds = train("transformer", args.steps, args.out.resolve(), args.overrides)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
     results = {"ours": {**evaluate(run_dir), "train_seconds": round(ours_seconds, 1),
-                        "tokens_per_sec": metrics.get("train/tokens_per_sec")}}  # fmt: skip
+                        "tokens_per_sec": logged_rate(run_dir)}}  # fmt: skip
 
     # the peer: the same data module (split, tokenizer, batches) and recipe, from our run's config
     cfg = OmegaConf.load(run_dir / "config.yaml")

@@ -179,6 +179,22 @@ def test_beam_batches_beams_and_rows_are_independent():
     assert torch.equal(both[1], generate(model, prompts[1:], cfg)[0])
 
 
+def test_beam_search_stops_decoding_a_row_whose_hypotheses_have_all_finished():
+    calls = []
+
+    def model(ids: Tensor) -> Tensor:  # (B, T) -> (B, 4): eos (0) at once after a 1, never else
+        calls.append(tuple(ids.shape))
+        logits = torch.zeros(len(ids), 4)
+        logits[:, 0] = torch.where(ids[:, 0] == 1, 10.0, float("-inf"))
+        return logits
+
+    cfg = GenerationConfig(strategy="beam", max_new_tokens=4, beam_width=3, eos_id=0)
+    out = generate(model, torch.tensor([[1], [2]]), cfg)
+    # row 0 finishes its three hypotheses in two steps and leaves the batch; row 1 goes on
+    assert calls == [(2, 1), (6, 2), (3, 3), (3, 4)]
+    assert out[0, 1].item() == 0 and (out[1, 1:] != 0).all()
+
+
 # 4. top-k and top-p sampling
 
 

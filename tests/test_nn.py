@@ -398,6 +398,15 @@ def test_mlp_width_and_activation() -> None:
         TransformerLayer(TransformerConfig(d_model=D, n_head=H, activation="swishy"))
 
 
+def test_attention_dropout_defaults_to_dropout_and_can_be_set_apart() -> None:
+    layer = TransformerLayer(TransformerConfig(d_model=D, n_head=H, dropout=0.1), True)
+    assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.1
+    cfg = TransformerConfig(d_model=D, n_head=H, dropout=0.1, attn_dropout=0.0)
+    layer = TransformerLayer(cfg, cross_attention=True)
+    assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.0
+    assert layer.dropout.p == layer.mlp[3].p == 0.1  # the residual branches keep theirs
+
+
 # --- 8. GPT --------------------------------------------------------------------------------
 
 

@@ -204,24 +204,29 @@ def _greedy_or_sample(
     cfg: GenerationConfig,
     generator: torch.Generator | None,
 ) -> Tensor:
-    """Autoregressive loop, one token per step for the whole batch: ids (B, T) -> (B, T + 1)."""
-    ids = prompt
-    done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)  # (B,) hit eos
-    for _ in range(cfg.max_new_tokens):
-        logits = next_token_logits(ids).float()  # (B, V); fp32 so low-precision models sample OK
+    """Autoregressive loop, one token per step for the live rows: ids (B', T) -> (B', T + 1); a
+    row that emits eos leaves the batch (the model no longer decodes it) and is padded with eos."""
+    b, t0 = prompt.shape
+    out = prompt.new_full((b, t0 + cfg.max_new_tokens), 0 if cfg.eos_id is None else cfg.eos_id)
+    out[:, :t0] = prompt
+    ids, rows = prompt, torch.arange(b, device=prompt.device)  # the live rows and their prompts
+    for step in range(cfg.max_new_tokens):
+        logits = next_token_logits(ids).float()  # (B', V); fp32 so low-precision models sample OK
         logits[:, list(cfg.suppress_ids)] = float("-inf")
         if cfg.strategy == "greedy":
-            next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            next_id = logits.argmax(dim=-1, keepdim=True)  # (B', 1)
         else:
             logits = filter_logits(logits / cfg.temperature, cfg.top_k, cfg.top_p)
             next_id = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
-        if cfg.eos_id is not None:
-            next_id = next_id.masked_fill(done[:, None], cfg.eos_id)  # finished rows only pad
-            done |= next_id[:, 0] == cfg.eos_id
+        out[rows, t0 + step] = next_id[:, 0]
         ids = torch.cat([ids, next_id], dim=1)
-        if done.all():
-            break
-    return ids
+        if cfg.eos_id is not None and (ended := next_id[:, 0] == cfg.eos_id).any():
+            if ended.all():
+                break
+            live = (~ended).nonzero()[:, 0]
+            ids, rows = ids[live], rows[live]
+            _reorder(next_token_logits, live)
+    return out[:, : t0 + step + 1]
 
 
 def _beam_search(
@@ -234,41 +239,49 @@ def _beam_search(
     log probabilities only falls as a sequence grows, so without normalisation (alpha = 0)
     search favours stopping early at eos. Each row's beam holds beam_width hypotheses in all; one
     that emits eos is finished and keeps its slot, so the live beam narrows and width 1 is
-    exactly greedy decoding. The rows' beams are stacked, (B * W, T), so one model call serves
-    them all; a slot whose score is -inf is empty.
+    exactly greedy decoding. The live rows' beams are stacked, (B' * W', T), so one model call
+    serves them all; a slot whose score is -inf is empty, and a row whose slots are all empty
+    leaves the stack (the model no longer decodes it).
     """
-    b, w, t0 = prompt.size(0), cfg.beam_width, prompt.size(1)
-    beams = prompt  # (B * W', T): row i's hypotheses are rows i W' .. (i + 1) W' - 1
-    scores = torch.zeros(b, 1, device=prompt.device)  # (B, W') sum of log p over generated tokens
-    finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(b)]  # (score, ids (T,))
+    w, t0 = cfg.beam_width, prompt.size(1)
+    beams = prompt  # (B' * W', T): live row i's hypotheses are rows i W' .. (i + 1) W' - 1
+    rows = torch.arange(prompt.size(0), device=prompt.device)  # (B',) the live rows' prompts
+    scores = torch.zeros(len(rows), 1, device=prompt.device)  # (B', W') sum of log p
+    finished: list[list[tuple[float, Tensor]]] = [[] for _ in rows]  # (score, ids (T,))
 
-    def finish(slots: Tensor) -> None:  # (B, W') bool: add these hypotheses to their rows'
+    def finish(slots: Tensor) -> None:  # (B', W') bool: add these hypotheses to their rows'
         n = beams.size(1) - t0  # generated tokens, eos included; the same for all
         for i, j in slots.nonzero().tolist():
             hyp = beams[i * scores.size(1) + j]
-            finished[i].append((scores[i, j].item() / n**cfg.length_penalty, hyp))
+            finished[rows[i]].append((scores[i, j].item() / n**cfg.length_penalty, hyp))
 
     for _ in range(cfg.max_new_tokens):
+        b = len(rows)
         logits = next_token_logits(beams).float()
         logits[:, list(cfg.suppress_ids)] = float("-inf")
-        logp = F.log_softmax(logits, dim=-1)  # (B * W', V)
+        logp = F.log_softmax(logits, dim=-1)  # (B' * W', V)
         vocab = logp.size(-1)
-        candidates = (scores[..., None] + logp.view(b, -1, vocab)).view(b, -1)  # (B, W' V)
+        candidates = (scores[..., None] + logp.view(b, -1, vocab)).view(b, -1)  # (B', W' V)
         k = min(w, candidates.size(1))
-        scores, flat = candidates.topk(k)  # (B, k), best first
+        scores, flat = candidates.topk(k)  # (B', k), best first
         # a row with f finished hypotheses searches on with its w - f best extensions only
-        left = w - torch.tensor([len(f) for f in finished], device=scores.device)  # (B,)
+        left = w - torch.tensor([len(finished[r]) for r in rows.tolist()], device=scores.device)
         scores = scores.masked_fill(torch.arange(k, device=scores.device) >= left[:, None],
                                     float("-inf"))  # fmt: skip
         parents = (torch.arange(b, device=flat.device)[:, None] * (len(beams) // b)
-                   + flat // vocab).flatten()  # (B k,) rows of `beams`  # fmt: skip
-        beams = torch.cat([beams[parents], (flat % vocab).view(-1, 1)], dim=1)  # (B k, T + 1)
-        _reorder(next_token_logits, parents)
+                   + flat // vocab)  # (B', k) rows of `beams`  # fmt: skip
+        beams = torch.cat([beams[parents.flatten()], (flat % vocab).view(-1, 1)], dim=1)
         if cfg.eos_id is not None:
             ended = (beams[:, -1] == cfg.eos_id).view(b, k) & scores.isfinite()
             finish(ended)
             scores = scores.masked_fill(ended, float("-inf"))
-        if not scores.isfinite().any():
+        live = scores.isfinite().any(dim=1)  # (B',)
+        if not live.any():
             break
-    finish(scores.isfinite())
+        if not live.all():  # drop the finished rows before the next model call
+            rows, scores, parents = rows[live], scores[live], parents[live]
+            beams = beams.view(b, k, -1)[live].flatten(0, 1)
+        _reorder(next_token_logits, parents.flatten())
+    else:
+        finish(scores.isfinite())
     return [max(f, key=lambda h: h[0])[1] for f in finished]

@@ -29,6 +29,9 @@ class TransformerConfig:
     d_model: int = 128  # D, the token embedding width
     d_ff: int | None = None  # MLP hidden width; None = 4 D as in the book
     dropout: float = 0.0
+    # dropout on the attention weights; None = `dropout`. 0 lets SDPA take its fused kernel:
+    # a dropped weight needs the explicit (T_q, T_k) matrix
+    attn_dropout: float | None = None
     norm_first: bool = True  # pre-norm; False gives the book's post-norm
     activation: str = "gelu"  # "relu" (the book) or "gelu" (GPT)
     bias: bool = True
@@ -52,15 +55,14 @@ class TransformerLayer(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.norm_first = cfg.norm_first
-        self.self_attn = MultiHeadAttention(
-            d, cfg.n_head, cfg.dropout, cfg.bias, cfg.naive_attention
-        )
+        attn_dropout = cfg.dropout if cfg.attn_dropout is None else cfg.attn_dropout
+        self.self_attn = MultiHeadAttention(d, cfg.n_head, attn_dropout, cfg.bias,
+                                            cfg.naive_attention)  # fmt: skip
         self.norm1 = nn.LayerNorm(d, bias=cfg.bias)
         self.cross_attn = self.norm_cross = None
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(
-                d, cfg.n_head, cfg.dropout, cfg.bias, cfg.naive_attention
-            )
+            self.cross_attn = MultiHeadAttention(d, cfg.n_head, attn_dropout, cfg.bias,
+                                                 cfg.naive_attention)  # fmt: skip
             self.norm_cross = nn.LayerNorm(d, bias=cfg.bias)
         self.mlp = MLP(d, cfg.d_ff or 4 * d, cfg.activation, cfg.dropout, cfg.bias)
         self.norm2 = nn.LayerNorm(d, bias=cfg.bias)
