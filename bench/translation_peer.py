@@ -4,15 +4,19 @@ Transformer (`model=seq2seq`, trained through `python -m src.train`) and HF tran
 from scratch in the same run: same split, same BPE tokenizer and batches, same steps, AdamW
 with the same warm-up, cosine decay and label smoothing. Only the network and its decoding
 (HF's `generate`, beam search with the same width and length penalty) differ; both are scored by
-the same sacrebleu call. Marian's layers are post-norm (the original Transformer's), ours
-pre-norm by default.
+the same sacrebleu call. Both are post-norm (the original Transformer's layer; ours with
+`model.net.norm_first=true` is pre-norm).
 
     python -m bench.translation_peer [--steps 2500] [--out DIR] [--ours RUN_DIR] [--json FILE]
-                                     [KEY=VALUE ...]
+                                     [--speed] [KEY=VALUE ...]
 
 `--ours` takes our Transformer from a run already trained (Marian gets its steps), such as
 `bench/translation.py`'s OUT/transformer, instead of training it again (its training seconds are
 the span of its train.log); run both on the same idle machine, one after the other.
+
+`--speed` only times training, --steps steps of each from a fresh start on the same batches:
+ours through `src.train` (Lightning), then ours, ours under `torch.compile` and Marian in the same
+plain loop, so that Lightning's per-step cost, the compiler and the network each show apart.
 
 Needs the bench extra (`pip install -e ".[bench]"`, which adds transformers). Prints, per model
 and decoding, test BLEU, chrF, exact match and sentences/s, then parameters, training seconds
@@ -68,15 +72,16 @@ def marian(net: dict, vocab_size: int, pad_id: int, eos_id: int):
     return MarianMTModel(config)
 
 
-def train_marian(model, data, cfg, steps: int) -> tuple[float, float]:
-    """Our recipe on the peer's network: AdamW (matrices decayed), warm-up and cosine decay,
-    label-smoothed cross-entropy, gradients clipped as our trainer clips them; the weights of
-    the best val loss, checked once per epoch as Lightning does for ours, are kept. Returns
-    (seconds with validation, source tokens per second of training: the median over windows of
-    log_every_n_steps steps, batch loading included, as our Throughput callback logs them)."""
+def train_loop(model, logits_of, data, cfg, steps: int, validate: bool = True):
+    """Our recipe in a plain loop: AdamW (matrices decayed), warm-up and cosine decay,
+    label-smoothed cross-entropy, gradients clipped as our trainer clips them; with `validate`,
+    the weights of the best val loss, checked once per epoch as Lightning does for ours, are
+    kept. logits_of(model, batch) -> (B, T, K). Returns (seconds, validation included, and
+    source tokens per second of training: the median over windows of log_every_n_steps steps,
+    batch loading included, as our Throughput callback logs them)."""
     from src.models.base import adamw, warmup_cosine
 
-    o = cfg.model.optim
+    o, smoothing = cfg.model.optim, cfg.model.label_smoothing
     opt = adamw(model, o)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, warmup_cosine(o.warmup_steps, o.decay_steps, o.min_lr / o.lr)
@@ -87,7 +92,7 @@ def train_marian(model, data, cfg, steps: int) -> tuple[float, float]:
     batches = itertools.chain.from_iterable(data.train_dataloader() for _ in itertools.count())
     for step, batch in enumerate(itertools.islice(batches, steps), start=1):
         model.train()
-        loss = loss_of(model, batch, cfg.model.label_smoothing)
+        loss = loss_of(logits_of(model, batch), batch, smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clip_val)
@@ -98,15 +103,45 @@ def train_marian(model, data, cfg, steps: int) -> tuple[float, float]:
             now = time.perf_counter()
             rates.append(tokens / (now - clock))
             tokens, clock = 0, now
-        if step % epoch == 0 or step == steps:
-            val = validation_loss(model, data, cfg.model.label_smoothing)
-            print(f"marian step {step}: train loss {loss.item():.3f}, val loss {val:.3f}",
-                  flush=True)  # fmt: skip
+        if validate and (step % epoch == 0 or step == steps):
+            val = validation_loss(model, logits_of, data, smoothing)
+            print(f"step {step}: train loss {loss.item():.3f}, val loss {val:.3f}", flush=True)
             if val < best_loss:
                 best_loss, best = val, {k: v.clone() for k, v in model.state_dict().items()}
             tokens, clock = 0, time.perf_counter()  # the window restarts after validation
-    model.load_state_dict(best)
+    if best is not None:
+        model.load_state_dict(best)
     return time.perf_counter() - start, statistics.median(rates)
+
+
+def speed(run_dir: Path, steps: int) -> dict[str, float]:
+    """Source tokens/s of training from a fresh start on run_dir's batches and recipe, `steps`
+    steps each: ours through Lightning (the run's own log), then ours, ours under torch.compile
+    and Marian in the same plain loop: what Lightning's per-step cost, the compiler and the
+    network itself are worth."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from src.data.translation import EOS_ID, PAD_ID
+    from src.models.seq2seq import build_net
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    data = instantiate(cfg.data, processed_dir=str(ROOT / cfg.data.processed_dir))
+    data.setup("fit")
+    net = OmegaConf.to_container(cfg.model.net)
+    nets = {
+        "ours, plain loop": (lambda: build_net(net, **data.model_kwargs), our_logits),
+        "ours, plain loop, torch.compile": (
+            lambda: torch.compile(build_net(net, **data.model_kwargs)), our_logits),
+        "marian, plain loop": (
+            lambda: marian(net, data.model_kwargs["vocab_size"], PAD_ID, EOS_ID), marian_logits),
+    }  # fmt: skip
+    rates = {"ours, Lightning (src.train)": logged_rate(run_dir)}
+    for name, (make, logits_of) in nets.items():
+        torch.manual_seed(cfg.seed)
+        rates[name] = train_loop(make(), logits_of, data, cfg, steps, validate=False)[1]
+        print(f"{name}: {rates[name]:,.0f} source tokens/s", flush=True)
+    return rates
 
 
 def logged_rate(run_dir: Path) -> float:
@@ -116,24 +151,28 @@ def logged_rate(run_dir: Path) -> float:
                              if r.get("train/tokens_per_sec"))  # fmt: skip
 
 
-def loss_of(model, batch: dict, label_smoothing: float) -> torch.Tensor:
-    ids = batch["input_ids"]  # (B, S)
-    logits = model(
-        input_ids=ids,
-        attention_mask=ids != model.config.pad_token_id,
-        decoder_input_ids=batch["decoder_input_ids"],
-    ).logits  # (B, T, K) fmt: skip
+def marian_logits(model, batch: dict) -> torch.Tensor:
+    ids, tgt_in = batch["input_ids"], batch["decoder_input_ids"]  # (B, S), (B, T)
+    mask = ids != model.config.pad_token_id
+    return model(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt_in).logits  # (B, T, K)
+
+
+def our_logits(net, batch: dict) -> torch.Tensor:
+    return net(batch["input_ids"], batch["decoder_input_ids"])  # (B, T, K)
+
+
+def loss_of(logits: torch.Tensor, batch: dict, label_smoothing: float) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(),
                            ignore_index=IGNORE, label_smoothing=label_smoothing)  # fmt: skip
 
 
 @torch.no_grad()
-def validation_loss(model, data, label_smoothing: float) -> float:
+def validation_loss(model, logits_of, data, label_smoothing: float) -> float:
     model.eval()
     total = count = 0
     for batch in data.val_dataloader():
         n = int((batch["labels"] != IGNORE).sum())
-        total += loss_of(model, batch, label_smoothing).item() * n
+        total += loss_of(logits_of(model, batch), batch, label_smoothing).item() * n
         count += n
     return total / count
 
@@ -187,11 +226,21 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/translation_peer")
     p.add_argument("--ours", type=Path, help="our Transformer's run folder, already trained")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
+    p.add_argument("--speed", action="store_true", help="only time training (see speed())")
     p.add_argument("overrides", nargs="*", help="more key=value for our run (and its data)")
     args = p.parse_args()
 
     from bench.translation import evaluate
 
+    if args.speed:
+        out = args.out.resolve()
+        run_dir = args.ours or train("transformer", args.steps, out, args.overrides)[0]
+        rates = speed(run_dir, args.steps)
+        print(f"\n{f'{args.steps} steps from a fresh start':<40} {'tokens/s':>9}")
+        for name, rate in rates.items():
+            print(f"{name:<40} {rate:>9,.0f}")
+        emit_summary({"bench": "translation_speed", "steps": args.steps, "rates": rates}, args.json)
+        return
     if args.ours:
         run_dir, ours_seconds = args.ours.resolve(), log_span(args.ours / "train.log")
     else:
@@ -206,7 +255,7 @@ def main() -> None:
     data.setup("fit")
     model = marian(OmegaConf.to_container(cfg.model.net), data.model_kwargs["vocab_size"],
                    PAD_ID, EOS_ID)  # fmt: skip
-    seconds, tokens_per_sec = train_marian(model, data, cfg, cfg.trainer.max_steps)
+    seconds, tokens_per_sec = train_loop(model, marian_logits, data, cfg, cfg.trainer.max_steps)
     sources, refs = references(ROOT / cfg.data.processed_dir / "test.tsv")
     translate = translator(model, data, cfg.model.generation)
     results["marian"] = {

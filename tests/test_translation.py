@@ -265,7 +265,7 @@ def test_the_marian_peer_trains_on_our_batches_and_translates(trained):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from bench.translation_peer import marian, train_marian, translator
+    from bench.translation_peer import marian, marian_logits, train_loop, translator
     from src.data.translation import PAD_ID
 
     _, pairs, run = trained
@@ -275,13 +275,24 @@ def test_the_marian_peer_trains_on_our_batches_and_translates(trained):
     data.setup("fit")
     net = {**OmegaConf.to_container(cfg.model.net), "d_model": 16, "n_head": 2}
     peer = marian(net, data.model_kwargs["vocab_size"], PAD_ID, EOS_ID)
-    seconds, tokens_per_sec = train_marian(peer, data, cfg, steps=4)
+    seconds, tokens_per_sec = train_loop(peer, marian_logits, data, cfg, steps=4)
     assert seconds > 0 and tokens_per_sec > 0
     translate = translator(peer, data, cfg.model.generation)
     sources = [s for s, _ in pairs[:3]]
     for strategy in ("greedy", "beam"):
         hyps = translate(sources, strategy)
         assert len(hyps) == 3 and all(isinstance(h, str) for h in hyps)
+
+
+@pytest.mark.slow
+def test_the_speed_table_times_every_variant(trained):
+    """translation_peer --speed: ours through Lightning, then ours, ours compiled and Marian in
+    the same plain loop (torch.compile's first compilation takes a minute on 2 cores)."""
+    pytest.importorskip("transformers")
+    from bench.translation_peer import speed
+
+    rates = speed(trained[2], steps=20)
+    assert len(rates) == 4 and all(r > 0 for r in rates.values()), rates
 
 
 def test_a_malformed_tsv_stops_with_its_line_number(tmp_path):
