@@ -454,7 +454,9 @@ class Word2VecLitModule(pl.LightningModule):
 
     def configure_optimizers(self):
         o = self.hparams.optim
-        opt = torch.optim.Adam(self.parameters(), lr=o["lr"])
+        # fused: one pass over E and E' per step, where the default's per-op passes took a
+        # sixth of a text8 step on 2 cores
+        opt = torch.optim.Adam(self.parameters(), lr=o["lr"], fused=True)
         decay = max(1, o["decay_steps"])
         floor = o["min_lr"] / o["lr"]
         sched = torch.optim.lr_scheduler.LambdaLR(
