@@ -114,20 +114,27 @@ def train_loop(model, logits_of, data, cfg, steps: int, validate: bool = True):
     return time.perf_counter() - start, statistics.median(rates)
 
 
+def run_data(cfg):
+    """The data module of a run's config (split, tokenizer, batches), set up for training."""
+    from hydra.utils import instantiate
+
+    data = instantiate(cfg.data, processed_dir=str(ROOT / cfg.data.processed_dir))
+    data.setup("fit")
+    return data
+
+
 def speed(run_dir: Path, steps: int) -> dict[str, float]:
     """Source tokens/s of training from a fresh start on run_dir's batches and recipe, `steps`
     steps each: ours through Lightning (the run's own log), then ours, ours under torch.compile
     and Marian in the same plain loop: what Lightning's per-step cost, the compiler and the
     network itself are worth."""
-    from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from src.data.translation import EOS_ID, PAD_ID
     from src.models.seq2seq import build_net
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    data = instantiate(cfg.data, processed_dir=str(ROOT / cfg.data.processed_dir))
-    data.setup("fit")
+    data = run_data(cfg)
     net = OmegaConf.to_container(cfg.model.net)
     nets = {
         "ours, plain loop": (lambda: build_net(net, **data.model_kwargs), our_logits),
@@ -216,7 +223,6 @@ def translator(model, data, generation: dict):
 
 
 def main() -> None:
-    from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from src.data.translation import EOS_ID, PAD_ID, references
@@ -251,8 +257,7 @@ def main() -> None:
     # the peer: the same data module (split, tokenizer, batches) and recipe, from our run's config
     cfg = OmegaConf.load(run_dir / "config.yaml")
     torch.manual_seed(cfg.seed)
-    data = instantiate(cfg.data, processed_dir=str(ROOT / cfg.data.processed_dir))
-    data.setup("fit")
+    data = run_data(cfg)
     model = marian(OmegaConf.to_container(cfg.model.net), data.model_kwargs["vocab_size"],
                    PAD_ID, EOS_ID)  # fmt: skip
     seconds, tokens_per_sec = train_loop(model, marian_logits, data, cfg, cfg.trainer.max_steps)
