@@ -79,9 +79,12 @@ class Benched:
     source: str  # where the bench's table is
     metric: str = ""  # the bench's metric where it is not the pair's
     splits: tuple[str, ...] = ()  # the bench's splits where they are not the pair's
+    after: str = ""  # the label of a benched pair whose README run this one reads ({runs})
 
 
 FOLDS = tuple(f"data.fold={k}" for k in range(10))  # the GIN paper's 10-fold protocol
+SPEAKERS = tuple(f"data.fold={k}" for k in range(5))  # FSDD: each of its five voices held out
+TEACHER = "{runs}/cnn__fsdd_small-README/{split}/checkpoints/last.ckpt"  # that split's CNN
 BENCHED = {
     "vit/mnist": Benched(0.989, 0.02, ["experiment=vit_mnist"], "docs/vision.md"),
     "cnn/mnist": Benched(0.992, 0.02, [], "docs/vision.md"),
@@ -92,6 +95,23 @@ BENCHED = {
     # the GIN paper's protocol over the bench's 10 folds (the epoch chosen on the held-out folds);
     # the preset's test/acc is its best val/acc, also on the held-out fold (~18 s a fold)
     "gin/tudataset": Benched(0.897, 0.02, ["experiment=gin_mutag"], "docs/gnn.md", splits=FOLDS),
+    # leave-one-speaker-out, the mean of the five speakers (bench/audio.py); the AST taught by
+    # the CNN of the same fold, as the README's two commands run it
+    "cnn/fsdd_small": Benched(
+        0.936,
+        0.02,
+        ["experiment=cnn_fsdd", "data.split=speaker"],
+        "docs/audio.md",
+        splits=SPEAKERS,
+    ),
+    "ast/fsdd_small": Benched(
+        0.905,
+        0.02,
+        ["experiment=ast_fsdd", "data.split=speaker", f"model.teacher={TEACHER}"],
+        "docs/audio.md",
+        splits=SPEAKERS,
+        after="cnn/fsdd_small",
+    ),
     # nanoGPT's baby GPT: the val loss at 2000 steps (its recipe has no test split)
     "gpt/shakespeare": Benched(
         1.8995, 0.02, ["experiment=gpt_shakespeare_char"], "docs/gpt.md", "val/loss"
@@ -301,7 +321,8 @@ def run(pair: Pair, out: Path, extra: list[str] = (), name: str = "", scored: bo
 
 def run_once(pair: Pair, out: Path, run_dir: Path, extra: list[str], scored: bool = True) -> dict:
     """One training run of the pair; its metric, and (scored) its trivial baseline's."""
-    overrides = [o.format(user=out / "user", runs=out) for o in pair.overrides]
+    overrides = [o.format(user=out / "user", runs=out, split=run_dir.name)
+                 for o in pair.overrides]  # fmt: skip
     budget = [f"trainer.max_steps={pair.steps}", "trainer.max_epochs=-1"] if pair.steps else []
     cmd = [sys.executable, "-m", "src.train", f"model={pair.model}", f"data={pair.data}",
            *budget, *QUIET, *overrides, *extra, f"hydra.run.dir={run_dir}"]  # fmt: skip
@@ -440,6 +461,7 @@ def main() -> None:
     args = p.parse_args()
     wanted = set(args.only or [q.label for q in PAIRS])
     wanted |= {q.after for q in PAIRS if q.label in wanted and q.after}
+    wanted |= {BENCHED[w].after for w in list(wanted) if w in BENCHED and BENCHED[w].after}
     pairs = [q for q in PAIRS if q.label in wanted]
     out = args.out.resolve()
     if any("{user}" in o for q in pairs for o in q.overrides):
