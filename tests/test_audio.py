@@ -176,12 +176,11 @@ def test_processes_write_the_files_one_process_writes_and_num_proc_is_no_setting
     assert "with 2 process(es)" in caplog.messages[-1]
     # a worker process's BLAS may sum in another order than this one's (its own thread count):
     # the same log-mels to float rounding, not always the same bytes
-    assert (tmp_path / "one" / "manifest.tsv").read_bytes() == (
-        tmp_path / "two" / "manifest.tsv"
-    ).read_bytes()
-    close(np.load(tmp_path / "one" / "features.npy"), np.load(tmp_path / "two" / "features.npy"))
+    one_dir, two_dir = tmp_path / "one", tmp_path / "two"
+    assert (one_dir / "manifest.tsv").read_bytes() == (two_dir / "manifest.tsv").read_bytes()
+    x = np.load(two_dir / "features.npy")  # (20, 64, 100)
+    close(np.load(one_dir / "features.npy"), x)
     assert one.meta == two.meta and one.meta["image_size"] == [64, 100]
-    x = np.load(tmp_path / "two" / "features.npy")  # (20, 64, 100)
     mels = [log_mel(load_audio(root / r[0], 8000), SETTINGS) for r in two._rows()]
     close(x, mels)
     stamp = (tmp_path / "one" / "features.npy").stat().st_mtime_ns
