@@ -80,11 +80,13 @@ class Benched:
     metric: str = ""  # the bench's metric where it is not the pair's
     splits: tuple[str, ...] = ()  # the bench's splits where they are not the pair's
     after: str = ""  # the label of a benched pair whose README run this one reads ({runs})
+    prepare: list[str] = field(default_factory=list)  # `python -m src.prepare` first, as the README
 
 
 FOLDS = tuple(f"data.fold={k}" for k in range(10))  # the GIN paper's 10-fold protocol
 SPEAKERS = tuple(f"data.fold={k}" for k in range(5))  # FSDD: each of its five voices held out
 TEACHER = "{runs}/cnn__fsdd_small-README/{split}/checkpoints/last.ckpt"  # that split's CNN
+SEEDS = tuple(f"seed={s}" for s in range(3))  # bench/bert_speakers.py's three fine-tunings
 BENCHED = {
     "vit/mnist": Benched(0.989, 0.02, ["experiment=vit_mnist"], "docs/vision.md"),
     "cnn/mnist": Benched(0.992, 0.02, [], "docs/vision.md"),
@@ -111,6 +113,38 @@ BENCHED = {
         "docs/audio.md",
         splits=SPEAKERS,
         after="cnn/fsdd_small",
+    ),
+    # masked-LM pre-training on the speakers' corpus (the task's prep writes it), then the
+    # mean test accuracy of three fine-tunings from it, as bench/bert_speakers.py runs them
+    "bert/text": Benched(
+        3.47,
+        0.05,
+        ["experiment=bert_pretrain_speakers"],
+        "docs/bert.md",
+        "val/loss",
+        prepare=["data=text_cls"],
+    ),
+    "bert_cls/text_cls": Benched(
+        0.454,
+        0.02,
+        [
+            "experiment=bert_finetune_speakers",
+            "model.pretrained={runs}/bert__text-README/checkpoints/last.ckpt",
+        ],
+        "docs/bert.md",
+        splits=SEEDS,
+        after="bert/text",
+    ),
+    # chrF of beam 4: the Transformer at 3000 steps beside Marian (bench/translation_peer.py,
+    # post-norm), the GRU with attention at 2500 (bench/translation.py) in the same recipe
+    "seq2seq/translation": Benched(
+        56.1, 2.0, ["experiment=translation_nld"], "docs/translation.md"
+    ),
+    "rnn_seq2seq/translation": Benched(
+        39.2,
+        2.0,
+        ["experiment=translation_nld", "model/net=rnn", "model.net.attention=true"],
+        "docs/translation.md",
     ),
     # nanoGPT's baby GPT: the val loss at 2000 steps (its recipe has no test split)
     "gpt/shakespeare": Benched(
@@ -421,6 +455,9 @@ def trails(metric: str, value: float, bench: Benched) -> bool:
 def readme_run(pair: Pair, out: Path, extra: list[str]) -> dict:
     """The README's command for a benched pair, at its own budget (steps 0: the config's)."""
     bench = BENCHED[pair.label]
+    if bench.prepare:
+        cmd = [sys.executable, "-m", "src.prepare", *bench.prepare, *extra]
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
     readme = replace(pair, metric=bench.metric or pair.metric, steps=0,
                      overrides=[*pair.overrides, *bench.command],
                      splits=bench.splits or pair.splits)  # fmt: skip
