@@ -455,9 +455,12 @@ def trails(metric: str, value: float, bench: Benched) -> bool:
 def readme_run(pair: Pair, out: Path, extra: list[str]) -> dict:
     """The README's command for a benched pair, at its own budget (steps 0: the config's)."""
     bench = BENCHED[pair.label]
-    if bench.prepare:
+    if bench.prepare:  # a data step that fails is the pair's one line, as a failed run's
         cmd = [sys.executable, "-m", "src.prepare", *bench.prepare, *extra]
-        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["src.prepare failed"])[-1]
+            return {"refused": last, "bench": bench.figure, "trails": True}
     readme = replace(pair, metric=bench.metric or pair.metric, steps=0,
                      overrides=[*pair.overrides, *bench.command],
                      splits=bench.splits or pair.splits)  # fmt: skip
