@@ -353,6 +353,13 @@ def run(pair: Pair, out: Path, extra: list[str] = (), name: str = "", scored: bo
             "seconds": round(sum(r["seconds"] for r in results), 1), "splits": values}  # fmt: skip
 
 
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    """A failed entry point's one error line (its last `error:` line, else its last line)."""
+    lines = proc.stderr.strip().splitlines()
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    return (errors or lines or [f"exit {proc.returncode}"])[-1]
+
+
 def run_once(pair: Pair, out: Path, run_dir: Path, extra: list[str], scored: bool = True) -> dict:
     """One training run of the pair; its metric, and (scored) its trivial baseline's."""
     overrides = [o.format(user=out / "user", runs=out, split=run_dir.name)
@@ -364,8 +371,7 @@ def run_once(pair: Pair, out: Path, run_dir: Path, extra: list[str], scored: boo
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-        return {"refused": lines[-1] if lines else proc.stderr.strip().splitlines()[-1]}
+        return {"refused": error_line(proc)}
     metrics = json.loads((run_dir / "metrics.json").read_text())
     base = baseline(pair, metrics, run_dir) if scored else None
     return {"value": metrics.get(pair.metric), "baseline": base, "seconds": round(seconds, 1)}
@@ -459,8 +465,7 @@ def readme_run(pair: Pair, out: Path, extra: list[str]) -> dict:
         cmd = [sys.executable, "-m", "src.prepare", *bench.prepare, *extra]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["src.prepare failed"])[-1]
-            return {"refused": last, "bench": bench.figure, "trails": True}
+            return {"refused": error_line(proc), "bench": bench.figure, "trails": True}
     readme = replace(pair, metric=bench.metric or pair.metric, steps=0,
                      overrides=[*pair.overrides, *bench.command],
                      splits=bench.splits or pair.splits)  # fmt: skip
