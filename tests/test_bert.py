@@ -104,6 +104,18 @@ def test_padding_gets_no_attention_and_does_not_change_the_outputs():
         assert (weights[..., 10:] == 0).all()
 
 
+def test_mean_pooling_reads_the_real_tokens_only():
+    model = classifier(pool="mean")
+    ids = random_ids(1, 10)
+    padded = torch.cat([ids, torch.full((1, 6), PAD_ID)], dim=1)
+    with torch.no_grad():
+        assert torch.allclose(model(padded), model(ids), atol=1e-5)  # (1, C)
+        h = model.net.hidden(ids)  # (1, T, D)
+        assert torch.allclose(model(ids), model.head(h.mean(1)), atol=1e-5)
+    with pytest.raises(PipelineError, match=r"model\.pool='max'"):
+        classifier(pool="max")
+
+
 def test_tagger_loss_ignores_padded_positions():
     model = classifier(task="tag")
     ids = torch.cat([random_ids(2, 10), torch.full((2, 4), PAD_ID)], dim=1)

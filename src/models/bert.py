@@ -7,7 +7,8 @@ original tokens at the chosen positions only. Every position sees the whole sequ
 model learns from context on both sides.
 
 Fine-tuning (`model=bert_cls data=text_cls`, `model=bert_tagger data=text_tag`): a linear layer +
-softmax on the output of the first token, <cls>, classifies the sequence; the same linear layer
+softmax on the output of the first token, <cls>, classifies the sequence (or, with
+`model.pool=mean`, on the mean of the outputs of its real tokens); the same linear layer
 shared by every position labels tokens. The encoder starts from a pre-trained checkpoint
 (`model.pretrained=PATH`) or from scratch, and with `model.lora.rank=R` only low-rank adapters
 of its weights are trained (sec. 12.3.x, LoRA).
@@ -146,8 +147,9 @@ class BertMLM(TransformerModule):
 
 
 class BertClassifier(TransformerModule):
-    """Fine-tuning: sequence labels from the <cls> output (task cls), or a label per token (task
-    tag), through one linear layer. Logs cross-entropy, accuracy and macro-F1."""
+    """Fine-tuning: sequence labels from the <cls> output or the mean output (task cls, `pool`),
+    or a label per token (task tag), through one linear layer. Logs cross-entropy, accuracy and
+    macro-F1."""
 
     def __init__(
         self,
@@ -156,6 +158,7 @@ class BertClassifier(TransformerModule):
         vocab_size: int,
         num_classes: int,
         task: str = "cls",
+        pool: str = "cls",
         head_dropout: float = 0.1,
         pretrained: str | None = None,
         lora: dict | None = None,
@@ -164,6 +167,8 @@ class BertClassifier(TransformerModule):
         self.save_hyperparameters()
         if task not in ("cls", "tag"):
             raise PipelineError(f"model.task={task!r}: choose cls (sequence) or tag (tokens)")
+        if pool not in ("cls", "mean"):
+            raise PipelineError(f"model.pool={pool!r}: choose cls (the <cls> output) or mean")
         ckpt = (
             load_checkpoint(pretrained, expected_class=class_path(BertMLM)) if pretrained else None
         )
@@ -218,7 +223,12 @@ class BertClassifier(TransformerModule):
     def forward(self, ids: Tensor) -> Tensor:
         """ids: (B, T) -> logits (B, C) for task cls, (B, T, C) for task tag."""
         h = encode(self.net, ids)  # (B, T, D)
-        return self.head(h[:, 0] if self.hparams.task == "cls" else h)
+        if self.hparams.task == "tag":
+            return self.head(h)
+        if self.hparams.pool == "cls":
+            return self.head(h[:, 0])
+        real = (ids != PAD_ID).unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+        return self.head((h * real).sum(1) / real.sum(1).clamp(min=1))  # mean of non-pad: (B, D)
 
     def _step(self, batch: dict) -> tuple[Tensor, Tensor, Tensor]:
         ids, labels = batch["input_ids"], batch["labels"]
