@@ -56,7 +56,7 @@ def naive_bayes(data: list[str]) -> dict:
     register_resolvers()
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=["data=text_cls", *data])
-    dm = instantiate(cfg.data)
+    dm = instantiate(cfg.data, _convert_="all")  # lists as src.train passes them
     dm.prepare_data()
     c = dm.model_kwargs["num_classes"]
 

@@ -335,6 +335,12 @@ def test_config_composes_and_prepares(tmp_path, shakespeare):
     dm.prepare_data()
     assert dm.model_kwargs == {"vocab_size": 300, "num_classes": 3}
 
+    # bench/bert_speakers.py's first row, naive Bayes, composes the same data on its own
+    from bench.bert_speakers import naive_bayes
+
+    nb = naive_bayes(overrides[1:])
+    assert nb["acc"] > nb["majority_acc"] > 0
+
 
 # --------------------------------------------------------------------------- tagging
 
