@@ -53,6 +53,11 @@ ON_SAMPLES = os.environ.get("SAMPLE_MIRROR") == str(MIRROR)
 SHAKESPEARE = MIRROR / "tinyshakespeare" / "input.txt"
 ESOL_CSV = MIRROR / "esol" / "delaney-processed.csv"
 
+# pytest-xdist runs one worker per core; a run a test starts takes one torch thread, so that two
+# workers' runs do not oversubscribe the cores with spinning thread pools (tiny models: one thread
+# loses nothing). A test that wants more threads sets OMP_NUM_THREADS in its run's env.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def project_root_in_tmp(tmp_path_factory) -> None:
@@ -86,18 +91,39 @@ def shakespeare() -> Path:
     return SHAKESPEARE
 
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """A folder that `make(folder)` fills once per test session, shared by pytest-xdist's workers:
+    the first worker to ask makes it under a file lock, the others wait and read it."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this session's folder, above each worker's own
+    folder = base / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def esol_root(tmp_path_factory) -> Path:
-    """A data root with ESOL processed (RDKit 3D coordinates: ~20 s), once for the session."""
+    """A data root with ESOL processed (RDKit 3D coordinates: ~20 s), once for the session and
+    read by every worker (nothing writes into it after)."""
     from src.data.molecules import MoleculeNetDataModule
 
     if not ESOL_CSV.exists():
         pytest.skip(f"dataset missing in the mirror: {ESOL_CSV}")
-    root = tmp_path_factory.mktemp("moleculenet")
-    MoleculeNetDataModule(
-        root=str(root), raw_dir=str(root / "raw"), mirror=str(MIRROR)
-    ).prepare_data()
-    return root
+
+    def make(root: Path) -> None:
+        MoleculeNetDataModule(
+            root=str(root), raw_dir=str(root / "raw"), mirror=str(MIRROR)
+        ).prepare_data()
+
+    return made_once(tmp_path_factory, "moleculenet", make)
 
 
 def run_module(

@@ -91,20 +91,28 @@ def test_sample_cli(trained, settings):
         assert first.stdout == run_module("src.sample", *args).stdout
 
 
-def test_ddp_two_cpu_processes(tmp_path, shakespeare):
+DDP = ["trainer=ddp_cpu", "trainer.limit_val_batches=null", "data.splits=[0.98,0.02,0.0]"]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, shakespeare) -> Path:
+    """trainer=ddp_cpu: Lightning launches 2 gloo processes (the DDP and torchrun tests read it)."""
+    run_dir = tmp_path_factory.mktemp("ddp") / "run"
+    assert_ok(_train(run_dir, shakespeare, *DDP, "logger=wandb"))
+    return run_dir
+
+
+def test_ddp_two_cpu_processes(ddp_run):
     """trainer=ddp_cpu: 2 gloo processes, one run directory, one wandb run, exact val loss."""
-    run_dir = tmp_path / "ddp"
-    assert_ok(_train(run_dir, shakespeare, "trainer=ddp_cpu", "logger=wandb",
-               "trainer.limit_val_batches=null", "data.splits=[0.98,0.02,0.0]"))  # fmt: skip
-    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
-    assert not list((run_dir / "..").glob("train_ddp_process_*"))
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert len(list((ddp_run / "wandb").glob("offline-run-*"))) == 1
+    assert not list((ddp_run / "..").glob("train_ddp_process_*"))
+    metrics = json.loads((ddp_run / "metrics.json").read_text())
 
     # the last checkpoint's loss on the whole val split, in one process, equals the DDP figure
     from src.data.text import TextDataModule
     from src.models.gpt import GPTLitModule
 
-    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt = torch.load(ddp_run / "checkpoints" / "last.ckpt", weights_only=True)
     model = GPTLitModule(**ckpt["hyper_parameters"])
     model.load_state_dict(ckpt["state_dict"])
     dm = TextDataModule(**ckpt["datamodule_hyper_parameters"])
@@ -116,17 +124,16 @@ def test_ddp_two_cpu_processes(tmp_path, shakespeare):
 
 
 def test_torchrun_two_processes_share_one_run_folder_and_match_the_lightning_launch(
-    tmp_path, shakespeare
+    tmp_path, shakespeare, ddp_run
 ):
     """torchrun --nproc_per_node=2 through the normal entry point (gloo): one run folder named by
     the launch, one wandb run, metrics.json and checkpoints from rank 0, and the same metrics as
     Lightning's own launch of 2 processes (trainer=ddp_cpu) and, within tolerance, as one process
     with the same global batch."""
-    common = ["trainer.limit_val_batches=null", "data.splits=[0.98,0.02,0.0]"]
     proc = run_module(
-        "torch.distributed.run", "--nproc_per_node=2", "-m", "src.train", *FAST, *common,
-        f"data.path={shakespeare}", f"paths.data_dir={tmp_path}/data", "trainer=ddp_cpu",
-        "logger=many", f"paths.log_dir={tmp_path / 'torchrun'}",
+        "torch.distributed.run", "--nproc_per_node=2", "-m", "src.train", *FAST, *DDP,
+        f"data.path={shakespeare}", f"paths.data_dir={tmp_path}/data", "logger=many",
+        f"paths.log_dir={tmp_path / 'torchrun'}",
     )  # fmt: skip
     assert_ok(proc)
     runs = list((tmp_path / "torchrun" / "runs").iterdir())
@@ -137,10 +144,8 @@ def test_torchrun_two_processes_share_one_run_folder_and_match_the_lightning_lau
     assert (run / "checkpoints" / "last.ckpt").exists() and (run / ".hydra").is_dir()
     torchrun = json.loads((run / "metrics.json").read_text())
 
-    assert_ok(_train(tmp_path / "lightning", shakespeare, *common, "trainer=ddp_cpu",
-                     "logger=none"))  # fmt: skip
-    lightning = json.loads((tmp_path / "lightning" / "metrics.json").read_text())
-    assert_ok(_train(tmp_path / "one", shakespeare, *common, "logger=none",
+    lightning = json.loads((ddp_run / "metrics.json").read_text())
+    assert_ok(_train(tmp_path / "one", shakespeare, *DDP[1:], "logger=none",
                      "data.batch_size=24"))  # fmt: skip
     one = json.loads((tmp_path / "one" / "metrics.json").read_text())
     for key in ("train/loss", "val/loss"):

@@ -527,6 +527,7 @@ def test_the_cnn_learns_the_digits_and_teaches_a_vit_that_keeps_no_copy_of_it(tm
 def test_imagegpt_learns_the_digits_and_draws_samples_through_the_entry_point(tmp_path):
     run = tmp_path / "run"
     proc = run_module("src.train", "model=imagegpt", "data=digits", "model.codes=8", *TINY,
+                      "model.net.n_layer=2", "model.net.d_model=64", "model.optim.warmup_steps=5",
                       f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={run}")  # fmt: skip
     assert_ok(proc)
     metrics = json.loads((run / "metrics.json").read_text())
