@@ -14,6 +14,9 @@ the same code (src.models.word2vec.evaluate): analogy accuracy on the Google set
 Words/s: ours is the Throughput callback's median train/tokens_per_sec (the pipeline's training
 steps), gensim's the words of all its passes over the wall time of `train()`; minutes are each
 one's training time. --max-chars reads a corpus's head (text8: 12549837, the data mirror's copy).
+--repeats N trains both N times, alternately, and reports the medians of words/s and minutes
+(the scores are the last repeat's; ours are the same each time): on a shared machine the speed
+of either drifts by a third over minutes.
 Needs gensim (pip install -e '.[bench]'). The last line is JSON.
 """
 
@@ -105,6 +108,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/word2vec")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
+    p.add_argument("--repeats", type=int, default=1, help="train both this many times, alternately")
     p.add_argument("overrides", nargs="*", help="more key=value for our run")
     args = p.parse_args()
     if gensim_test_file("questions-words.txt") is None:
@@ -113,23 +117,24 @@ def main() -> None:
     overrides = [*([f"data.path={args.data.resolve()}"] if args.data else []),
                  *([f"data.max_chars={args.max_chars}"] if args.max_chars else []),
                  *args.overrides]  # fmt: skip
-    ours = run_ours(args.experiment, args.max_steps, args.mode, args.seed, run_dir, overrides)
-
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    meta = json.loads((ROOT / cfg.data.processed_dir / "meta.json").read_text())
-    window_words = args.max_steps * cfg.data.batch_size * (cfg.data.block_size + 1)
-    epochs = max(1, round(window_words / meta["tokens"]["train"]))
-    gensim_vectors, gensim_speed, gensim_seconds = run_gensim(run_dir, epochs, args.seed)
+    speeds = {"ours": [], "gensim": []}
+    for _ in range(args.repeats):
+        ours = run_ours(args.experiment, args.max_steps, args.mode, args.seed, run_dir, overrides)
+        cfg = OmegaConf.load(run_dir / "config.yaml")
+        meta = json.loads((ROOT / cfg.data.processed_dir / "meta.json").read_text())
+        window_words = args.max_steps * cfg.data.batch_size * (cfg.data.block_size + 1)
+        epochs = max(1, round(window_words / meta["tokens"]["train"]))
+        gensim_vectors, gensim_speed, gensim_seconds = run_gensim(run_dir, epochs, args.seed)
+        speeds["ours"].append((ours["words_per_sec"], ours["seconds"] / 60))
+        speeds["gensim"].append((gensim_speed, gensim_seconds / 60))
     our_vectors = WordVectors(*load_word_vectors(run_dir / "word_vectors.txt"))
 
     analogies = read_analogies(gensim_test_file("questions-words.txt"))
     wordsim = read_wordsim(gensim_test_file("wordsim353.tsv"))
-    scores = {
-        "ours": {**evaluate(our_vectors, analogies, wordsim),
-                 "words_per_sec": ours["words_per_sec"], "minutes": ours["seconds"] / 60},
-        "gensim": {**evaluate(gensim_vectors, analogies, wordsim), "words_per_sec": gensim_speed,
-                   "minutes": gensim_seconds / 60},
-    }  # fmt: skip
+    scores = {name: {**evaluate(vectors, analogies, wordsim),
+                     "words_per_sec": statistics.median(w for w, _ in speeds[name]),
+                     "minutes": statistics.median(m for _, m in speeds[name])}
+              for name, vectors in (("ours", our_vectors), ("gensim", gensim_vectors))}  # fmt: skip
     print(f"\n{args.experiment}, {args.mode}, {epochs} passes over "
           f"{meta['tokens']['train']:,} training words")  # fmt: skip
     print(f"{'':28}{'ours':>12}{'gensim':>12}")
@@ -137,7 +142,11 @@ def main() -> None:
                 "wordsim_coverage", "wordsim_pairs", "words_per_sec", "minutes"):  # fmt: skip
         a, b = scores["ours"][key], scores["gensim"][key]
         print(f"{key:28}{a:>12.4g}{b:>12.4g}")
-    print(f"words/s: ours {scores['ours']['words_per_sec'] / gensim_speed:.2f} x gensim's")
+    ratios = [a / b for (a, _), (b, _) in zip(speeds["ours"], speeds["gensim"], strict=True)]
+    print(
+        f"words/s: ours {scores['ours']['words_per_sec'] / scores['gensim']['words_per_sec']:.2f}"
+        f" x gensim's (repeat by repeat: {', '.join(f'{r:.2f}' for r in ratios)})"
+    )
     for word in cfg.model.eval.neighbours:
         for name, vectors in (("ours", our_vectors), ("gensim", gensim_vectors)):
             if word in vectors.index:
@@ -149,6 +158,7 @@ def main() -> None:
         "steps": args.max_steps,
         "epochs": epochs,
         "train_words": meta["tokens"]["train"],
+        "repeats": args.repeats,
         **{f"{k}_{name}": round(v, 4) for name, s in scores.items() for k, v in s.items()},
         "torch_threads": torch.get_num_threads(),
     }

@@ -16,8 +16,8 @@ from src.models.word2vec import (
     N_SPECIAL,
     Word2Vec,
     Word2VecConfig,
+    WordTable,
     WordVectors,
-    compact,
     context_band,
     draw_noise,
     evaluate,
@@ -26,6 +26,7 @@ from src.models.word2vec import (
     keep_probability,
     load_word_vectors,
     noise_distribution,
+    pack,
     read_analogies,
     read_wordsim,
     save_word_vectors,
@@ -68,14 +69,16 @@ def test_word_tokenizer_round_trip_and_unknown_word():
 # --------------------------------------------------------------------------- pairs and noise
 
 
-def test_context_pairs_within_each_radius():
-    """Every (centre, context) pair of valid positions within the centre's radius, once."""
-    valid = torch.tensor([[True] * 5 + [False] * 2])
-    radius = torch.tensor([[1, 2, 1, 2, 1, 2, 2]])
-    got = sorted(map(tuple, context_band(valid, radius)[0].nonzero().tolist()))
+def test_context_pairs_within_each_radius_and_window():
+    """Every (centre, context) pair of positions from one window within the centre's radius,
+    once; none across two windows packed into a row, none with the padding (-1)."""
+    window = torch.tensor([[3, 3, 3, 3, 3, 4, 4, -1]])
+    radius = torch.tensor([[1, 2, 1, 2, 1, 2, 2, 2]])
+    got = sorted(map(tuple, context_band(window, radius)[0].nonzero().tolist()))
     want = sorted(
-        (c, o) for c in range(5) for o in range(5) if c != o and abs(c - o) <= radius[0, c]
-    )
+        (c, o) for c in range(7) for o in range(7)
+        if c != o and abs(c - o) <= radius[0, c] and (c < 5) == (o < 5)
+    )  # fmt: skip
     assert got == want
 
 
@@ -85,7 +88,7 @@ def test_cbow_averages_each_centres_context_and_skipgram_scores_it_word_by_word(
     both with S = 1 noise word per true word, which each window draws once: 'on'."""
     torch.manual_seed(0)
     words = N_SPECIAL + torch.arange(5)  # the cat sat on mats
-    band = context_band(torch.ones(1, 5, dtype=torch.bool), torch.tensor([[1, 1, 2, 1, 1]]))
+    band = context_band(torch.zeros(1, 5, dtype=torch.long), torch.tensor([[1, 1, 2, 1, 1]]))
     pairs = [(0, 1), (1, 0), (1, 2), (2, 0), (2, 1), (2, 3), (2, 4), (3, 2), (3, 4), (4, 3)]
     assert sorted(map(tuple, band[0].nonzero().tolist())) == pairs
     for mode in ("skipgram", "cbow"):
@@ -108,11 +111,14 @@ def test_cbow_averages_each_centres_context_and_skipgram_scores_it_word_by_word(
         torch.testing.assert_close(net(words[None]), want)
 
 
-def test_subsampled_words_vanish_and_neighbours_close_up():
-    tokens = torch.tensor([[10, 11, 12, 13, 14]])
-    keep = torch.tensor([[True, False, True, False, True]])
-    packed, valid = compact(tokens, keep)
-    assert packed[0, :3].tolist() == [10, 12, 14] and valid[0].tolist() == [1, 1, 1, 0, 0]
+def test_subsampled_words_vanish_and_the_kept_ones_pack_into_rows():
+    tokens = torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23], [30, 31, 32, 33]])
+    keep = torch.tensor([[1, 0, 1, 0], [1, 1, 1, 0], [0, 0, 0, 1]], dtype=torch.bool)
+    packed, window = pack(tokens, keep)
+    assert packed.tolist() == [[10, 12, 20, 21], [22, 33, 0, 0]]
+    assert window.tolist() == [[0, 0, 1, 1], [1, 2, -1, -1]]
+    packed, window = pack(tokens, torch.zeros_like(keep))  # nothing kept: one empty row
+    assert packed.shape == (1, 4) and (window == -1).all()
 
 
 def test_noise_distribution_and_subsampling():
@@ -163,6 +169,20 @@ def test_shared_noise_words_give_each_pairs_own_loss_in_expectation():
     expected = -(true + 5 * (p * F.logsigmoid(-(v[c] @ u.T))).sum(1)).mean()
     with torch.no_grad():
         assert shared.item() == pytest.approx(expected.item(), rel=0.02)
+
+
+def test_word_table_gradient_is_embeddings_and_noise_words_default_by_mode():
+    """WordTable's backward (index_add_) gives F.embedding's gradient, repeated words summed."""
+    table = WordTable(7, 3)
+    idx = torch.tensor([[1, 4, 1], [6, 1, 0]])
+    grad = torch.randn(2, 3, 3)
+    table(idx).backward(grad)
+    ref = table.weight.detach().clone().requires_grad_()
+    F.embedding(idx, ref).backward(grad)
+    torch.testing.assert_close(table.weight.grad, ref.grad)
+    assert Word2Vec(Word2VecConfig(mode="skipgram")).noise_words == 40
+    assert Word2Vec(Word2VecConfig(mode="cbow")).noise_words == 20
+    assert Word2Vec(Word2VecConfig(mode="cbow", noise_words=7)).noise_words == 7
 
 
 # --------------------------------------------------------------------------- training

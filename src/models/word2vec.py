@@ -20,11 +20,12 @@ as many), dropped words being removed before the windows are formed; and each ce
 window radius is drawn from 1..R, so that nearer words count more.
 
 Batches are the text data module's random windows of a word-level token stream
-(`data.tokenizer=word`); the (centre, context) pairs are formed inside each window, on the fly,
-and scored by matrix products over the whole window (a band of its T x T scores); the noise
-words are drawn per window and shared by its centre words, weighted so that the loss is the
-same in expectation (Word2Vec.forward). On 2 CPU cores that trains skip-gram about as fast as
-gensim's C loop with the same settings (bench/word2vec.py):
+(`data.tokenizer=word`); the words subsampling keeps are packed end to end into rows as long as
+a window, the (centre, context) pairs are formed inside each row, on the fly, among words of one
+window, and scored by matrix products over the whole row (a band of its T x T scores); the
+noise words are drawn per row and shared by its centre words, weighted so that the loss is the
+same in expectation (Word2Vec.forward). On 2 CPU cores that trains skip-gram faster than
+gensim's C loop with the same settings, and CBOW at about half its speed (bench/word2vec.py):
 
     python -m src.train model=word2vec data=shakespeare data.tokenizer=word data.vocab_size=null
 
@@ -71,7 +72,10 @@ class Word2VecConfig:
     mode: str = "skipgram"  # "skipgram" or "cbow"
     window: int = 5  # R: context words on each side, at most
     negative: int = 5  # S: noise words per true word
-    noise_words: int = 40  # drawn per window and shared by its centre words (see forward)
+    # drawn per row and shared by its centre words (see forward); None: 40 for skip-gram, 20
+    # for CBOW, which scores one query per centre where skip-gram scores one per pair (on
+    # text8's head CBOW scored as well with 20 and ran 1.2 x faster; skip-gram lost a point)
+    noise_words: int | None = None
     sample: float = 1e-3  # t of subsampling; 0 keeps every word
     ns_exponent: float = 0.75  # the noise distribution: unigram counts to this power
 
@@ -98,28 +102,64 @@ def noise_distribution(counts: Tensor, exponent: float = 0.75) -> Tensor:
 
 
 def draw_noise(p: Tensor, n: int, s: int, generator: torch.Generator | None = None) -> Tensor:
-    """(K,) noise distribution -> (n, S) noise words, S for each of n windows."""
-    return torch.multinomial(p, n * s, replacement=True, generator=generator).view(n, s)
+    """(K,) noise distribution -> (n, S) noise words, S for each of n rows: uniform draws
+    looked up in its cumulative sum (a third of torch.multinomial's time on a CPU); a word of
+    probability 0 is an empty interval, never drawn."""
+    cdf = p.cumsum(0)
+    u = torch.rand(n * s, generator=generator, device=p.device) * cdf[-1]
+    return torch.searchsorted(cdf, u, right=True).view(n, s)
 
 
-def compact(tokens: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
-    """(B, T) tokens and keep mask -> the kept tokens moved to the front of each row, in order,
-    and the mask of those positions: subsampled words vanish and their neighbours close up."""
-    order = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)
-    return tokens.gather(1, order), keep.gather(1, order)
+def pack(tokens: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, T) windows of tokens and their keep mask -> the kept words of all B windows end to
+    end, cut into rows of T, (M, T) with M = ceil(kept / T), and the window each position's word
+    came from, (M, T), -1 past the end. Subsampled words vanish and their neighbours close up,
+    and no compute is spent on them: a third of the positions at word2vec's t = 1e-3."""
+    b, t = tokens.shape
+    words = tokens[keep]  # (n,)
+    window = torch.arange(b, device=tokens.device)[:, None].expand(b, t)[keep]  # (n,)
+    pad = max(1, math.ceil(len(words) / t)) * t - len(words)
+    return F.pad(words, (0, pad)).view(-1, t), F.pad(window, (0, pad), value=-1).view(-1, t)
 
 
-def context_band(valid: Tensor, radius: Tensor) -> Tensor:
-    """valid: (B, T) positions holding words; radius: (B, T) each centre's window, in 1..R ->
-    (B, T, T) C[b, i, j]: word j is a context word of centre i (both valid, 0 < |i - j| <= the
-    radius of i). A band around the diagonal: every (centre, context) pair of the window."""
-    t = valid.shape[1]
-    pos = torch.arange(t, device=valid.device)
+def context_band(window: Tensor, radius: Tensor) -> Tensor:
+    """window: (M, T) the window each position's word came from, -1 for none; radius: (M, T)
+    each centre's, in 1..R -> (M, T, T) C[m, i, j]: word j is a context word of centre i (both
+    from one window, 0 < |i - j| <= the radius of i). A band around the diagonal: every
+    (centre, context) pair of the row."""
+    t = window.shape[1]
+    pos = torch.arange(t, device=window.device)
     dist = (pos[None, :] - pos[:, None]).abs()  # (T, T)
-    return (dist > 0) & (dist <= radius[..., None]) & valid[:, :, None] & valid[:, None, :]
+    same = (window[:, :, None] == window[:, None, :]) & (window >= 0)[:, :, None]
+    return (dist > 0) & (dist <= radius[..., None]) & same
 
 
 # --------------------------------------------------------------------------- the model
+
+
+class _Rows(torch.autograd.Function):
+    """table[idx], whose backward adds the gradient's rows into a zero table by index_add_."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor, idx: Tensor) -> Tensor:
+        ctx.save_for_backward(idx)
+        ctx.rows = len(table)
+        return table.index_select(0, idx.flatten()).view(*idx.shape, table.shape[1])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (idx,) = ctx.saved_tensors
+        grad = grad.reshape(-1, grad.shape[-1])
+        return grad.new_zeros(ctx.rows, grad.shape[1]).index_add_(0, idx.flatten(), grad), None
+
+
+class WordTable(nn.Embedding):
+    """An embedding table whose backward is one index_add_: for the ~30 k words a text8 step
+    looks up, F.embedding's dense backward (a tensor operation per index on a CPU) took 40 %
+    longer."""
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return _Rows.apply(self.weight, idx)
 
 
 class Word2Vec(nn.Module):
@@ -132,11 +172,12 @@ class Word2Vec(nn.Module):
         if cfg.mode not in ("skipgram", "cbow"):
             raise PipelineError(f"model.net.mode={cfg.mode!r}: choose skipgram or cbow")
         self.cfg = cfg
+        self.noise_words = cfg.noise_words or (40 if cfg.mode == "skipgram" else 20)
         k, d = cfg.vocab_size, cfg.dim
         # dense gradients and Adam: measured on tiny Shakespeare (K = 3k), SparseAdam's step on
         # sparse gradients (coalescing ~10^5 row updates) took longer than the whole dense step
-        self.emb_in = nn.Embedding(k, d)  # E^T
-        self.emb_out = nn.Embedding(k, d)  # E'^T
+        self.emb_in = WordTable(k, d)  # E^T
+        self.emb_out = WordTable(k, d)  # E'^T
         # word2vec's initialisation: small random input vectors, zero output vectors
         nn.init.uniform_(self.emb_in.weight, -0.5 / d, 0.5 / d)
         nn.init.zeros_(self.emb_out.weight)
@@ -157,46 +198,47 @@ class Word2Vec(nn.Module):
             raise PipelineError("word2vec's negative sampling needs two words or more in training")
 
     def windows(self, tokens: Tensor, generator: torch.Generator | None = None):
-        """(B, T) token ids -> the windows' kept tokens (B, T), moved up after subsampling, and
-        their (centre, context) pairs under each centre's random radius, (B, T, T)."""
+        """(B, T) token ids -> the words subsampling keeps, packed into rows (M, T), and their
+        (centre, context) pairs under each centre's random radius, (M, T, T)."""
         r = torch.rand(tokens.shape, generator=generator, device=tokens.device)
-        tokens, valid = compact(tokens, r < self.keep[tokens])
+        tokens, window = pack(tokens, r < self.keep[tokens])
         radius = torch.randint(1, self.cfg.window + 1, tokens.shape, generator=generator,
                                device=tokens.device)  # fmt: skip
-        return tokens, context_band(valid, radius)
+        return tokens, context_band(window, radius)
 
     def forward(self, tokens: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """(B, T) token ids -> the mean negative-sampling loss per true word.
 
-        All of a window's scores come from matrix products, which is what makes this fast on
-        a CPU (a row of E and one of E' read per word, not 1 + S of E' per pair): skip-gram
-        scores every (centre i, word j) of the window, u_j^T v_i, (T, T), and keeps the band
-        of context pairs; CBOW averages each centre's context vectors into h by the band's
-        product with the window's v's. The noise words are drawn per window, `noise_words` of
-        them, and every query of the window (skip-gram's centre, CBOW's h) is scored against all
-        of them, each weighted S / noise_words for each of its true words (a noise word that is
-        the true word itself skipped, as word2vec's C code skips it): the same loss in
-        expectation as S noise words of its own per true word."""
-        tokens, band = self.windows(tokens, generator)  # (B, T), (B, T, T)
+        All of a row's scores come from matrix products, which is what makes this fast on a
+        CPU (a row of E and one of E' read per word, not 1 + S of E' per pair): skip-gram scores
+        every (centre i, word j) of the row, u_j^T v_i, (T, T), and keeps the band of context
+        pairs; CBOW averages each centre's context vectors into h by the band's product with
+        the row's v's. The noise words are drawn per row, `noise_words` of them, and every query
+        of the row (skip-gram's centre, CBOW's h) is scored against all of them, each weighted
+        S / noise_words for each of its true words (a noise word that is the true word itself
+        skipped, as word2vec's C code skips it): the same loss in expectation as S noise words
+        of its own per true word."""
+        tokens, band = self.windows(tokens, generator)  # (M, T), (M, T, T)
         w = band.to(self.emb_in.weight.dtype)
-        size = w.sum(-1)  # (B, T): |C|, the context words of each centre
-        noise = draw_noise(self.noise, len(tokens), self.cfg.noise_words, generator)  # (B, N)
-        is_word = (noise[:, :, None] == tokens[:, None, :]).to(w.dtype)  # (B, N, T): k is j
-        u = self.emb_out(tokens)  # (B, T, D): u of each word of the window
+        size = w.sum(-1)  # (M, T): |C|, the context words of each centre
+        noise = draw_noise(self.noise, len(tokens), self.noise_words, generator)  # (M, N)
+        is_word = (noise[:, :, None] == tokens[:, None, :]).to(w.dtype)  # (M, N, T): k is j
+        u = self.emb_out(tokens)  # (M, T, D): u of each word of the row
         if self.cfg.mode == "skipgram":
-            v = self.emb_in(tokens)  # (B, T, D): v_c of each centre
+            v = self.emb_in(tokens)  # (M, T, D): v_c of each centre
             true = (w * F.logsigmoid(torch.bmm(v, u.transpose(1, 2)))).sum()
-            against = size[..., None] - torch.bmm(w, is_word.transpose(1, 2))  # (B, T, N)
+            against = size[..., None] - torch.bmm(w, is_word.transpose(1, 2))  # (M, T, N)
             n_true = size.sum()
         else:
-            has = (size > 0).to(w.dtype)  # (B, T): centres with a context
-            v = torch.bmm(w, self.emb_in(tokens)) / size.clamp(min=1)[..., None]  # (B, T, D): h
+            has = (size > 0).to(w.dtype)  # (M, T): centres with a context
+            mean = w / size.clamp(min=1)[..., None]  # (M, T, T): each centre's row sums to 1
+            v = torch.bmm(mean, self.emb_in(tokens))  # (M, T, D): h
             true = (has * F.logsigmoid((v * u).sum(-1))).sum()  # u_c^T h
-            against = has[..., None] * (1 - is_word.transpose(1, 2))  # (B, T, N)
+            against = has[..., None] * (1 - is_word.transpose(1, 2))  # (M, T, N)
             n_true = has.sum()
-        noise_scores = torch.bmm(v, self.emb_out(noise).transpose(1, 2))  # (B, T, N): u_k^T v
+        noise_scores = torch.bmm(v, self.emb_out(noise).transpose(1, 2))  # (M, T, N): u_k^T v
         noise_loss = (against * F.logsigmoid(-noise_scores)).sum() * self.cfg.negative
-        return -(true + noise_loss / self.cfg.noise_words) / n_true
+        return -(true + noise_loss / self.noise_words) / n_true
 
 
 # --------------------------------------------------------------------------- evaluation
