@@ -107,6 +107,8 @@ def draw_noise(p: Tensor, n: int, s: int, generator: torch.Generator | None = No
     probability 0 is an empty interval, never drawn."""
     cdf = p.cumsum(0)
     u = torch.rand(n * s, generator=generator, device=p.device) * cdf[-1]
+    # below the total even where the product rounds up to it: the last word drawable is a word
+    u = torch.minimum(u, torch.nextafter(cdf[-1], cdf.new_zeros(())))
     return torch.searchsorted(cdf, u, right=True).view(n, s)
 
 
