@@ -74,7 +74,7 @@ class Word2VecConfig:
     negative: int = 5  # S: noise words per true word
     # drawn per row and shared by its centre words (see forward); None: 40 for skip-gram, 20
     # for CBOW, which scores one query per centre where skip-gram scores one per pair (on
-    # text8's head CBOW scored as well with 20 and ran 1.2 x faster; skip-gram lost a point)
+    # text8's head CBOW scored as well with 20 and ran 1.2 x faster; skip-gram lost 0.7 points)
     noise_words: int | None = None
     sample: float = 1e-3  # t of subsampling; 0 keeps every word
     ns_exponent: float = 0.75  # the noise distribution: unigram counts to this power
@@ -158,7 +158,7 @@ class _Rows(torch.autograd.Function):
 class WordTable(nn.Embedding):
     """An embedding table whose backward is one index_add_: for the ~30 k words a text8 step
     looks up, F.embedding's dense backward (a tensor operation per index on a CPU) took 40 %
-    longer."""
+    longer (the whole CBOW step: about 5 %)."""
 
     def forward(self, idx: Tensor) -> Tensor:
         return _Rows.apply(self.weight, idx)
