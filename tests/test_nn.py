@@ -110,6 +110,23 @@ def test_naive_attention_is_eq_12_14() -> None:
         torch.testing.assert_close(y[0, 0, n], (p.to(DT)[:, None] * v[0, 0]).sum(0))
 
 
+@pytest.mark.parametrize("padding", [False, True])
+def test_an_additive_bias_enters_the_scores_on_both_paths(padding: bool) -> None:
+    """attn_bias (H, T, T) is added to Q K^T / sqrt(D_k) before the softmax, alone or with a
+    padding mask, and SDPA's float mask gives what the reference path does."""
+    m, x = make_mha(), torch.randn(B, T, D, dtype=DT)
+    bias = torch.randn(H, T, T, dtype=DT)
+    kpm = right_padding([6, 4, 1], T) if padding else None
+    y_fast, _ = m(x, key_padding_mask=kpm, attn_bias=bias)
+    y_naive, w = m(x, key_padding_mask=kpm, attn_bias=bias, need_weights=True)
+    torch.testing.assert_close(y_fast, y_naive)
+    q, k = m._split_heads(m.w_q(x)), m._split_heads(m.w_k(x))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D // H) + bias
+    if padding:
+        scores = scores.masked_fill(kpm[:, None, None, :], float("-inf"))
+    torch.testing.assert_close(w, scores.softmax(-1))
+
+
 def test_d_model_must_divide_into_heads() -> None:
     """D is split into H heads of D/H features, so D % H must be 0."""
     with pytest.raises(ValueError, match="divisible"):

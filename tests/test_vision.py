@@ -15,7 +15,7 @@ from src.data.image_files import read_digits, read_idx
 from src.data.images import ImageDataModule, stratified_split
 from src.models.image import CNN, CNNConfig, ViT, ViTConfig, load_classifier
 from src.nn.patch import PatchEmbedding, grid_size, patchify, unpatchify
-from src.nn.positional import SinusoidalPositionalEncoding2D
+from src.nn.positional import RelativePositionBias2D, SinusoidalPositionalEncoding2D
 from src.utils.errors import PipelineError
 from tests.conftest import MIRROR, ROOT, assert_ok, assert_one_error_line, run_module
 
@@ -70,6 +70,18 @@ def test_2d_sinusoidal_positions_encode_row_then_column():
     assert torch.equal(r[0, 2, 4:], r[2, 2, 4:]) and not torch.equal(r[0, 0, 4:], r[0, 1, 4:])
 
 
+def test_relative_biases_depend_on_the_offset_alone_and_not_on_the_class_token():
+    rel = RelativePositionBias2D(2, (3, 4))
+    torch.nn.init.normal_(rel.table)
+    bias = rel()  # (H, 1 + 12, 1 + 12)
+    assert bias.shape == (2, 13, 13) and not bias[:, 0].any() and not bias[:, :, 0].any()
+    cell = bias[:, 1:, 1:].reshape(2, 3, 4, 3, 4)  # (H, row, col, row', col')
+    assert torch.equal(cell[:, 0, 0, 1, 2], cell[:, 1, 1, 2, 3])  # the same offset (1, 2)
+    assert not torch.equal(cell[:, 0, 0, 1, 2], cell[:, 0, 0, 2, 1])
+    first = rel(cols=2)[:, 1:, 1:].reshape(2, 3, 2, 3, 2)  # the grid's first two columns
+    assert torch.equal(first, cell[:, :, :2, :, :2])
+
+
 # ---------------------------------------------------------------- models
 
 
@@ -84,9 +96,12 @@ def shuffle_patches(x: torch.Tensor, patch: int, order: torch.Tensor) -> torch.T
 def test_without_positions_the_class_token_ignores_the_patch_order():
     x, order = torch.randn(2, 1, 8, 8), torch.tensor([3, 1, 0, 2])
     moved = shuffle_patches(x, 4, order)
-    plain, placed = vit(pos_encoding="none"), vit(pos_encoding="learned")
+    plain = vit(pos_encoding="none")
     assert torch.allclose(plain(x), plain(moved), atol=1e-5)
-    assert not torch.allclose(placed(x), placed(moved), atol=1e-3)
+    for placed in (vit(pos_encoding="learned"), vit(pos_encoding="relative")):
+        if placed.rel is not None:  # zeros at first, as the relative biases start
+            torch.nn.init.normal_(placed.rel.table)
+        assert not torch.allclose(placed(x), placed(moved), atol=1e-3)
 
 
 def test_the_class_token_output_alone_is_classified():

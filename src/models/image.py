@@ -27,7 +27,7 @@ from torchmetrics.classification import (
 
 from src.models.base import TransformerModule
 from src.nn.patch import PatchEmbedding
-from src.nn.positional import SinusoidalPositionalEncoding2D
+from src.nn.positional import RelativePositionBias2D, SinusoidalPositionalEncoding2D
 from src.nn.transformer import Transformer, TransformerConfig
 from src.utils.errors import PipelineError
 
@@ -39,7 +39,8 @@ class ViTConfig(TransformerConfig):
     num_classes: int = 10  # set by the data
     patch_size: int = 4  # P
     patch_stride: int | None = None  # S; None = P (no overlap)
-    pos_encoding: str = "learned"  # learned | sinusoidal (2-D, fixed) | none
+    # learned | sinusoidal (2-D, fixed) | relative (attention biases by 2-D offset) | none
+    pos_encoding: str = "learned"
 
 
 class ViT(nn.Module):
@@ -52,17 +53,19 @@ class ViT(nn.Module):
                                       cfg.patch_stride)  # fmt: skip
         n = self.patches.num_patches
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        self.rel = None
         if cfg.pos_encoding == "learned":  # one vector per patch position and the class token
             self.pos = nn.Parameter(torch.randn(1, n + 1, d) * 0.02)
         elif cfg.pos_encoding == "sinusoidal":  # the class token has no position: zeros
             grid = SinusoidalPositionalEncoding2D(d, self.patches.grid).r  # (N, D)
             self.register_buffer("pos", torch.cat([torch.zeros(1, d), grid])[None], False)
-        elif cfg.pos_encoding == "none":
+        elif cfg.pos_encoding in ("relative", "none"):  # nothing added to the tokens
             self.pos = None
+            if cfg.pos_encoding == "relative":
+                self.rel = RelativePositionBias2D(cfg.n_head, self.patches.grid)
         else:
-            raise PipelineError(
-                f"model.net.pos_encoding={cfg.pos_encoding!r}: choose learned, sinusoidal or none"
-            )
+            raise PipelineError(f"model.net.pos_encoding={cfg.pos_encoding!r}: choose learned, "
+                                "sinusoidal, relative or none")  # fmt: skip
         self.drop = nn.Dropout(cfg.dropout)
         self.transformer = Transformer(cfg)
         self.head = nn.Linear(d, cfg.num_classes)
@@ -93,7 +96,8 @@ class ViT(nn.Module):
             after = torch.arange(used, device=x.device) * s >= lengths[:, None]  # (B, used)
             mask = torch.cat([after.new_zeros(len(x), 1),
                               after[:, None].expand(-1, rows, -1).flatten(1)], dim=1)  # fmt: skip
-        return self.transformer(self.drop(x), key_padding_mask=mask)
+        bias = self.rel(used) if self.rel is not None else None  # (H, 1 + N, 1 + N)
+        return self.transformer(self.drop(x), key_padding_mask=mask, attn_bias=bias)
 
     def forward(self, images: Tensor, lengths: Tensor | None = None) -> Tensor:
         return self.head(self.hidden(images, lengths)[:, 0])  # (B, classes)

@@ -44,14 +44,17 @@ def build_attention_mask(
 def naive_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """The reference path: softmax(Q K^T / sqrt(D_k)) V, written out as in eq. (12.14).
+    """The reference path: softmax(Q K^T / sqrt(D_k) + M) V, written out as in eq. (12.14).
 
     q: (B, H, T_q, D_k), k: (B, H, T_k, D_k), v: (B, H, T_k, D_v) -> ((B, H, T_q, D_v), A)
-    where A: (B, H, T_q, T_k) are the attention weights; each row sums to 1.
+    where A: (B, H, T_q, T_k) are the attention weights; each row sums to 1. The mask M, as
+    F.scaled_dot_product_attention's attn_mask, is boolean (False: -inf) or added to the scores.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T_q, T_k)
-    if mask is not None:
+    if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
     weights = scores.softmax(dim=-1)
     if dropout_p > 0.0:
         weights = F.dropout(weights, dropout_p)
@@ -117,11 +120,13 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        attn_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x: (B, T_q, D); context: (B, T_k, D) or None -> (B, T_q, D), weights (B, H, T_q, T_k).
 
         With a cache, x holds only the positions after those cached (causal self-attention),
-        and the context's K, V are computed once (cross-attention)."""
+        and the context's K, V are computed once (cross-attention). attn_bias (H, T_q, T_k) is
+        added to the scores Q K^T / sqrt(D_k) before the softmax: relative positions' biases."""
         q = self._split_heads(self.w_q(x))
         if cache is not None and context is not None and cache.k is not None:
             k, v = cache.k, cache.v  # the encoder output does not change while decoding
@@ -136,11 +141,15 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         naive = self.naive or need_weights or self.record  # the reference path returns weights
-        if naive or key_padding_mask is not None or (causal and q.size(2) != k.size(2)):
+        masked = key_padding_mask is not None or attn_bias is not None
+        if naive or masked or (causal and q.size(2) != k.size(2)):
             mask = build_attention_mask(
                 q.size(2), k.size(2), causal=causal, key_padding_mask=key_padding_mask,
                 device=x.device,
             )  # fmt: skip
+            if attn_bias is not None:  # a float mask: the bias, -inf where mask is False
+                bias = attn_bias.to(q.dtype)
+                mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
             if naive:
                 y, weights = naive_attention(q, k, v, mask, dropout_p)
             else:

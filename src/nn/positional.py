@@ -1,12 +1,15 @@
 """Positional encodings (Bishop, Deep Learning, sec. 12.1.9).
 
-Attention is equivariant to permutations of its inputs, so word order must be injected. Both
-encodings map positions (T,) to vectors (T, D) that are added to the token embeddings.
+Attention is equivariant to permutations of its inputs, so word order must be injected. The
+absolute encodings map positions (T,) to vectors (T, D) that are added to the token embeddings;
+the relative one adds to the attention scores a bias that depends on the offset between two
+positions only.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -48,6 +51,29 @@ class SinusoidalPositionalEncoding2D(nn.Module):
 
     def forward(self, positions: Tensor) -> Tensor:  # (N,) -> (N, D)
         return self.r[positions]
+
+
+class RelativePositionBias2D(nn.Module):
+    """A learned bias b_h(dr, dc) of head h's attention score from one grid cell (an image patch) to
+    another that depends only on their offset in rows and columns (Swin's, Liu et al. 2021; T5's
+    relative positions in two dimensions). Attention then treats every place of the image alike,
+    as a convolution does, where absolute positions let it learn each place's own pattern. The
+    class token, first in the sequence, gets no bias to or from any cell."""
+
+    def __init__(self, n_heads: int, grid: tuple[int, int]):
+        super().__init__()
+        self.grid = grid  # (R, C)
+        self.table = nn.Parameter(torch.zeros(n_heads, 2 * grid[0] - 1, 2 * grid[1] - 1))
+
+    def forward(self, cols: int | None = None) -> Tensor:
+        """-> the biases (H, 1 + N, 1 + N) of the class token and the grid's cells in raster
+        order, of its first `cols` columns (all by default): N = R x cols."""
+        rows, cols = self.grid[0], cols or self.grid[1]
+        cell = torch.arange(rows * cols, device=self.table.device)
+        r, c = cell // cols, cell % cols  # (N,) each cell's row and column
+        dr = r[:, None] - r[None] + rows - 1  # (N, N) offsets, shifted to index the table
+        dc = c[:, None] - c[None] + self.grid[1] - 1
+        return F.pad(self.table[:, dr, dc], (1, 0, 1, 0))  # (H, 1 + N, 1 + N)
 
 
 class LearnedPositionalEncoding(nn.Module):

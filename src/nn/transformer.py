@@ -82,16 +82,22 @@ class TransformerLayer(nn.Module):
         context: Tensor | None = None,
         context_padding_mask: Tensor | None = None,
         cache: tuple[KVCache, KVCache] | None = None,
+        attn_bias: Tensor | None = None,
     ) -> Tensor:
         """x: (B, T, D) -> (B, T, D); context: (B, T_enc, D) for cross-attention; cache: the
-        (self, cross) attention caches of incremental decoding."""
+        (self, cross) attention caches of incremental decoding; attn_bias: (H, T, T) added to
+        the self-attention scores."""
         self_cache, cross_cache = cache or (None, None)
         x = self._residual(
             x,
             self.norm1,
             lambda h: self.dropout(
                 self.self_attn(
-                    h, causal=causal, key_padding_mask=key_padding_mask, cache=self_cache
+                    h,
+                    causal=causal,
+                    key_padding_mask=key_padding_mask,
+                    cache=self_cache,
+                    attn_bias=attn_bias,
                 )[0]
             ),
         )
