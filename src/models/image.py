@@ -39,8 +39,8 @@ class ViTConfig(TransformerConfig):
     num_classes: int = 10  # set by the data
     patch_size: int = 4  # P
     patch_stride: int | None = None  # S; None = P (no overlap)
-    # learned | sinusoidal (2-D, fixed) | relative (attention biases by 2-D offset) | none
-    pos_encoding: str = "learned"
+    pos_encoding: str = "learned"  # learned | sinusoidal (2-D, fixed) | none
+    relative_bias: bool = False  # attention biases by the patches' 2-D offset, beside pos_encoding
 
 
 class ViT(nn.Module):
@@ -53,19 +53,20 @@ class ViT(nn.Module):
                                       cfg.patch_stride)  # fmt: skip
         n = self.patches.num_patches
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
-        self.rel = None
         if cfg.pos_encoding == "learned":  # one vector per patch position and the class token
             self.pos = nn.Parameter(torch.randn(1, n + 1, d) * 0.02)
         elif cfg.pos_encoding == "sinusoidal":  # the class token has no position: zeros
             grid = SinusoidalPositionalEncoding2D(d, self.patches.grid).r  # (N, D)
             self.register_buffer("pos", torch.cat([torch.zeros(1, d), grid])[None], False)
-        elif cfg.pos_encoding in ("relative", "none"):  # nothing added to the tokens
+        elif cfg.pos_encoding == "none":
             self.pos = None
-            if cfg.pos_encoding == "relative":
-                self.rel = RelativePositionBias2D(cfg.n_head, self.patches.grid)
         else:
-            raise PipelineError(f"model.net.pos_encoding={cfg.pos_encoding!r}: choose learned, "
-                                "sinusoidal, relative or none")  # fmt: skip
+            raise PipelineError(
+                f"model.net.pos_encoding={cfg.pos_encoding!r}: choose learned, sinusoidal or none"
+            )
+        self.rel = None  # biases of the attention scores by offset, beside the positions above
+        if cfg.relative_bias:
+            self.rel = RelativePositionBias2D(cfg.n_head, self.patches.grid)
         self.drop = nn.Dropout(cfg.dropout)
         self.transformer = Transformer(cfg)
         self.head = nn.Linear(d, cfg.num_classes)
