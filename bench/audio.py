@@ -6,7 +6,8 @@ speaker are test).
 
     python bench/audio.py [--ast-steps N] [--cnn-steps N] [--models cnn ast]
                           [--teacher cnn | none] [--splits speaker random official voices]
-                          [--voices 2 3] [--out DIR] [--json FILE] [KEY=VALUE ...]
+                          [--voices 2 3] [--seeds S ...] [--jobs N] [--out DIR] [--json FILE]
+                          [KEY=VALUE ...]
 
 Each model runs its recipe, `experiment=cnn_fsdd | ast_fsdd`: both on the same 20 x 20 log-mels
 (`data=fsdd_small`, CNNWordReco's features), the CNN without augmentation for 650 steps of 32
@@ -20,6 +21,11 @@ models train on k of the five speakers (the 5 runs of k neighbours in the sorted
 and are tested on the other 5 - k; with (a)'s four voices, a curve of accuracy against k.
 Every speaker split reports the accuracy on each held-out speaker (from the run's best
 checkpoint, over that speaker's test recordings), its mean and the worst speaker.
+
+--seeds S1 S2 ...: every run once with each seed (the AST taught by the CNN of its own seed and
+split); the figures are then means over the seeds, with each seed's mean and worst speaker
+beside them: one seed moves a held-out speaker by up to 6 points. --jobs N trains N runs at a
+time, each on its share of the cores (OMP_NUM_THREADS).
 
 The spectrograms are prepared once (the stage `prepare_audio`; its time and files/s printed) and
 every run splits them at set-up. Each run is tested at its best val loss. Prints test accuracy
@@ -36,9 +42,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import fmean
 
@@ -113,6 +121,12 @@ def speaker_accuracies(run_dir: Path) -> dict[str, float]:
     return {s: float(right[speakers == s].mean()) for s in sorted(set(speakers))}
 
 
+def held_out_means(runs: list[dict]) -> dict[str, float]:
+    """Each held-out speaker's accuracy, the mean over the runs that held it out."""
+    held = sorted({sp for r in runs for sp in r["speakers"]})
+    return {sp: fmean(r["speakers"][sp] for r in runs if sp in r["speakers"]) for sp in held}
+
+
 def teacher_checkpoint(run_dir: Path) -> Path:
     """The CNN run's best checkpoint (its last when it never validated, as in a short run)."""
     found = [*sorted(run_dir.glob("checkpoints/best-*.ckpt")), run_dir / "checkpoints/last.ckpt"]
@@ -122,10 +136,10 @@ def teacher_checkpoint(run_dir: Path) -> Path:
 
 
 def train(model: str, split: list[str], steps: int | None, run_dir: Path,
-          overrides: list[str]) -> dict:  # fmt: skip
+          overrides: list[str], threads: int | None = None) -> dict:  # fmt: skip
     steps_override = [f"trainer.max_steps={steps}"] if steps else []
     m, seconds = train_run([*RECIPE[model], *split, *steps_override, "trainer.max_epochs=-1",
-                            *overrides], run_dir)  # fmt: skip
+                            *overrides], run_dir, threads)  # fmt: skip
     cfg = OmegaConf.load(run_dir / "config.yaml")
     result = {"acc": m["test/acc"], "f1": m["test/f1"], "parameters": int(m["params/total"]),
               "steps": cfg.trainer.max_steps, "seconds": round(seconds, 1),
@@ -157,6 +171,9 @@ def main() -> None:
     p.add_argument("--splits", nargs="+", choices=[*SPLITS, "voices"], default=list(SPLITS))
     p.add_argument("--voices", type=int, nargs="+", default=[2, 3],
                    help="--splits voices: train on this many of the five speakers")  # fmt: skip
+    p.add_argument("--seeds", type=int, nargs="+",
+                   help="every run once with each seed (default: the config's seed)")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at a time")
     p.add_argument("--out", type=Path, default=ROOT / "outputs/bench/audio")
     p.add_argument("--json", type=Path, help="also write the JSON result here (DVC's metrics)")
     p.add_argument("overrides", nargs="*", help="more key=value for every run")
@@ -170,31 +187,49 @@ def main() -> None:
     plan = {name: SPLITS[name] for name in args.splits if name != "voices"}
     if "voices" in args.splits:
         plan.update({f"voices-{k}": voices_splits(k) for k in args.voices})
+    seeds = args.seeds or [None]
+    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
     results = {m: {} for m in RECIPE if m in args.models}  # RECIPE's order: the teacher first
     for model in results:
-        for split, split_runs in plan.items():
-            runs = []
-            for s in split_runs:
-                extra = []
-                if model == "ast" and args.teacher == "cnn":
-                    extra = [f"model.teacher={teacher_checkpoint(out / 'cnn' / run_name(s))}"]
-                runs.append(train(model, s, steps[model], out / model / run_name(s),
-                                  [*overrides, *extra]))  # fmt: skip
+        todo = [(split, s, seed) for split, split_runs in plan.items() for s in split_runs
+                for seed in seeds]  # fmt: skip
+
+        def run(split: str, s: list[str], seed: int | None, model: str = model) -> dict:
+            name = run_name(s) + (f"-seed{seed}" if seed is not None else "")
+            extra = [f"seed={seed}"] if seed is not None else []
+            if model == "ast" and args.teacher == "cnn":
+                extra.append(f"model.teacher={teacher_checkpoint(out / 'cnn' / name)}")
+            return train(model, s, steps[model], out / model / name, [*overrides, *extra],
+                         threads)  # fmt: skip
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            done = list(pool.map(lambda job: (job[0], job[2], run(*job)), todo))
+        for split in plan:
+            runs = [r for sp, _, r in done if sp == split]
+            by_seed = {seed: [r for sp, sd, r in done if sp == split and sd == seed]
+                       for seed in seeds}  # fmt: skip
             entry = results[model][split] = {"acc": fmean(r["acc"] for r in runs), "runs": runs}
             per = ""
             if "speakers" in runs[0]:  # each held-out speaker, over the runs that held it out
-                held = {sp for r in runs for sp in r["speakers"]}
-                entry["speakers"] = {
-                    sp: fmean(r["speakers"][sp] for r in runs if sp in r["speakers"])
-                    for sp in sorted(held)
-                }
+                entry["speakers"] = held_out_means(runs)
                 entry["worst"] = min(entry["speakers"].values())
                 per = "  (" + "  ".join(f"{sp} {100 * a:.1f}" for sp, a in
                                         entry["speakers"].items())  # fmt: skip
                 per += f"; worst {100 * entry['worst']:.1f})"
+            if args.seeds:  # each seed's figures: how far a single seed's may stray
+                entry["seeds"] = {}
+                for seed, rs in by_seed.items():
+                    e = entry["seeds"][seed] = {"acc": fmean(r["acc"] for r in rs)}
+                    if "speakers" in rs[0]:
+                        e["worst"] = min(held_out_means(rs).values())
             print(f"{model:<4} {split:<9} {100 * entry['acc']:6.2f} %{per}  "
                   f"{runs[0]['parameters']:,} parameters, {runs[0]['steps']} steps, "
                   f"{runs[0]['epoch_seconds']:.1f} s an epoch", flush=True)  # fmt: skip
+            if "seeds" in entry:
+                print("     by seed: " + ", ".join(
+                    f"{seed}: {100 * e['acc']:.1f} %"
+                    + (f" (worst {100 * e['worst']:.1f})" if "worst" in e else "")
+                    for seed, e in entry["seeds"].items()), flush=True)  # fmt: skip
     if "ast" in results:
         for split, key in (("speaker", "target_ast_speaker_mean"), ("random", "target_ast_random")):
             if split in results["ast"]:

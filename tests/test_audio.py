@@ -677,3 +677,23 @@ def test_the_bench_scores_each_held_out_speaker_and_trains_on_fewer_voices(fsdd,
     assert list(acc) == ["jackson", "theo"] and set(acc) < set(SPEAKERS)
     metrics = json.loads((run / "metrics.json").read_text())
     assert abs(np.mean(list(acc.values())) - metrics["test/acc"]) < 1e-4  # equal takes each
+
+
+def test_the_bench_repeats_every_run_by_seed_two_at_a_time(fsdd, tmp_path):
+    """--seeds: every run once a seed, the AST taught by the CNN of its own seed; --jobs 2 trains
+    two at a time. The figures are the seeds' mean, each seed's beside it."""
+    from omegaconf import OmegaConf
+
+    out = tmp_path / "bench"
+    proc = run_module("bench.audio", "--models", "cnn", "ast", "--splits", "random", "--seeds",
+                      "1", "2", "--jobs", "2", "--cnn-steps", "3", "--ast-steps", "3", "--out",
+                      str(out), f"data.root={fsdd}")  # fmt: skip
+    assert_ok(proc)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])["models"]
+    for model in ("cnn", "ast"):
+        entry = result[model]["random"]
+        assert len(entry["runs"]) == 2 and set(entry["seeds"]) == {"1", "2"}
+        assert entry["acc"] == pytest.approx(np.mean([r["acc"] for r in entry["runs"]]))
+    for seed in (1, 2):
+        cfg = OmegaConf.load(out / "ast" / f"random-seed{seed}" / "config.yaml")
+        assert cfg.seed == seed and f"/cnn/random-seed{seed}/" in cfg.model.teacher

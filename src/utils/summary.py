@@ -5,6 +5,7 @@ every benchmark, its summary printed as the last line, in JSON, and written to -
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,15 +15,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def train_run(overrides: list[str], run_dir: Path) -> tuple[dict, float]:
+def train_run(
+    overrides: list[str], run_dir: Path, threads: int | None = None
+) -> tuple[dict, float]:
     """`python -m src.train *overrides` into run_dir (emptied first: an earlier run's checkpoints
     are not this one's), logged to CSV without a progress bar: (its metrics.json, wall seconds).
-    A failed run stops the benchmark with its last error line."""
+    threads: its OMP_NUM_THREADS (runs side by side). A failed run stops the benchmark with its
+    last error line."""
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "src.train", "logger=csv", "callbacks.progress_bar.refresh_rate=0",
            *overrides, f"hydra.run.dir={run_dir}"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or ["(no output)"]
         sys.exit(f"error: {run_dir.name} did not train: {lines[-1]}")
