@@ -15,7 +15,11 @@ from src.data.image_files import read_digits, read_idx
 from src.data.images import ImageDataModule, stratified_split
 from src.models.image import CNN, CNNConfig, ViT, ViTConfig, load_classifier
 from src.nn.patch import PatchEmbedding, grid_size, patchify, unpatchify
-from src.nn.positional import RelativePositionBias2D, SinusoidalPositionalEncoding2D
+from src.nn.positional import (
+    ConvPositionGenerator,
+    RelativePositionBias2D,
+    SinusoidalPositionalEncoding2D,
+)
 from src.utils.errors import PipelineError
 from tests.conftest import MIRROR, ROOT, assert_ok, assert_one_error_line, run_module
 
@@ -82,6 +86,22 @@ def test_relative_biases_depend_on_the_offset_alone_and_not_on_the_class_token()
     assert torch.equal(first, cell[:, :, :2, :, :2])
 
 
+def test_conv_positions_mix_each_cell_with_its_neighbours_alone_and_skip_padding():
+    gen, x = ConvPositionGenerator(4), torch.randn(2, 1 + 3 * 5, 4)  # a 3 x 5 grid
+    y = gen(x, (3, 5))
+    assert torch.equal(y[:, 0], x[:, 0])  # the class token as it was
+    moved = x.clone()
+    moved[:, 1 + 5 * 1 + 1] += 1.0  # the cell at row 1, column 1
+    changed = (gen(moved, (3, 5)) != y).any(-1)[:, 1:].reshape(2, 3, 5)
+    assert changed[:, :, :3].all() and not changed[:, :, 3:].any()  # its 3 x 3 neighbourhood
+    pad = torch.zeros(2, 1 + 15, dtype=torch.bool)
+    pad[:, 1:] = (torch.arange(15) % 5 >= 3)[None]  # the last two columns are padding
+    noisy = x.clone()
+    noisy[:, 1:][pad[:, 1:]] = 1e3
+    kept = ~pad[:, 1:]
+    assert torch.allclose(gen(noisy, (3, 5), pad)[:, 1:][kept], gen(x, (3, 5), pad)[:, 1:][kept])
+
+
 # ---------------------------------------------------------------- models
 
 
@@ -98,10 +118,13 @@ def test_without_positions_the_class_token_ignores_the_patch_order():
     moved = shuffle_patches(x, 4, order)
     plain = vit(pos_encoding="none")
     assert torch.allclose(plain(x), plain(moved), atol=1e-5)
-    for placed in (vit(pos_encoding="learned"), vit(pos_encoding="none", relative_bias=True)):
+    for placed in (vit(pos_encoding="learned"), vit(pos_encoding="none", relative_bias=True),
+                   vit(pos_encoding="none", conv_positions=1)):  # fmt: skip
         if placed.rel is not None:  # zeros at first, as the relative biases start
             torch.nn.init.normal_(placed.rel.table)
         assert not torch.allclose(placed(x), placed(moved), atol=1e-3)
+    with pytest.raises(PipelineError, match="conv_positions=3"):  # NET has 2 layers
+        vit(conv_positions=3)
 
 
 def test_the_class_token_output_alone_is_classified():

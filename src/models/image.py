@@ -27,7 +27,11 @@ from torchmetrics.classification import (
 
 from src.models.base import TransformerModule
 from src.nn.patch import PatchEmbedding
-from src.nn.positional import RelativePositionBias2D, SinusoidalPositionalEncoding2D
+from src.nn.positional import (
+    ConvPositionGenerator,
+    RelativePositionBias2D,
+    SinusoidalPositionalEncoding2D,
+)
 from src.nn.transformer import Transformer, TransformerConfig
 from src.utils.errors import PipelineError
 
@@ -41,6 +45,7 @@ class ViTConfig(TransformerConfig):
     patch_stride: int | None = None  # S; None = P (no overlap)
     pos_encoding: str = "learned"  # learned | sinusoidal (2-D, fixed) | none
     relative_bias: bool = False  # attention biases by the patches' 2-D offset, beside pos_encoding
+    conv_positions: int = 0  # the first layers each preceded by a ConvPositionGenerator
 
 
 class ViT(nn.Module):
@@ -67,6 +72,10 @@ class ViT(nn.Module):
         self.rel = None  # biases of the attention scores by offset, beside the positions above
         if cfg.relative_bias:
             self.rel = RelativePositionBias2D(cfg.n_head, self.patches.grid)
+        if not 0 <= cfg.conv_positions <= cfg.n_layer:
+            raise PipelineError(f"model.net.conv_positions={cfg.conv_positions}: the first "
+                                f"layers (0-{cfg.n_layer}) preceded by a convolution")  # fmt: skip
+        self.conv_pos = nn.ModuleList(ConvPositionGenerator(d) for _ in range(cfg.conv_positions))
         self.drop = nn.Dropout(cfg.dropout)
         self.transformer = Transformer(cfg)
         self.head = nn.Linear(d, cfg.num_classes)
@@ -98,7 +107,12 @@ class ViT(nn.Module):
             mask = torch.cat([after.new_zeros(len(x), 1),
                               after[:, None].expand(-1, rows, -1).flatten(1)], dim=1)  # fmt: skip
         bias = self.rel(used) if self.rel is not None else None  # (H, 1 + N, 1 + N)
-        return self.transformer(self.drop(x), key_padding_mask=mask, attn_bias=bias)
+        x = self.drop(x)
+        for i, layer in enumerate(self.transformer.layers):
+            if i < len(self.conv_pos):
+                x = self.conv_pos[i](x, (rows, used), mask)
+            x = layer(x, key_padding_mask=mask, attn_bias=bias)
+        return self.transformer.norm(x)
 
     def forward(self, images: Tensor, lengths: Tensor | None = None) -> Tensor:
         return self.head(self.hidden(images, lengths)[:, 0])  # (B, classes)

@@ -76,6 +76,27 @@ class RelativePositionBias2D(nn.Module):
         return F.pad(self.table[:, dr, dc], (1, 0, 1, 0))  # (H, 1 + N, 1 + N)
 
 
+class ConvPositionGenerator(nn.Module):
+    """Positions made from the tokens' neighbourhood (CPVT's generator, Chu et al. 2023): a 3 x 3
+    depthwise convolution of the patch tokens laid out on their grid, added to them. A token then
+    learns where it is from its neighbours, and every layer it precedes mixes each patch with the
+    eight around it, the locality a convolution has built in; the class token is left as it is.
+    Tokens in the padding (True in `pad`) are zeros to their neighbours."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.conv = nn.Conv2d(d_model, d_model, 3, padding=1, groups=d_model)
+
+    def forward(self, x: Tensor, grid: tuple[int, int], pad: Tensor | None = None) -> Tensor:
+        """x (B, 1 + N, D), the class token first, then the R x C grid's tokens in raster order
+        (N = R C); pad (B, 1 + N) or None -> (B, 1 + N, D)."""
+        cells = x[:, 1:]  # (B, N, D)
+        if pad is not None:
+            cells = cells.masked_fill(pad[:, 1:, None], 0.0)
+        local = self.conv(cells.transpose(1, 2).unflatten(2, grid))  # (B, D, R, C)
+        return torch.cat([x[:, :1], x[:, 1:] + local.flatten(2).transpose(1, 2)], dim=1)
+
+
 class LearnedPositionalEncoding(nn.Module):
     """One trainable vector per position (as in GPT and BERT); cannot extrapolate past max_len."""
 
