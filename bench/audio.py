@@ -10,11 +10,12 @@ speaker are test).
                           [KEY=VALUE ...]
 
 Each model runs its recipe, `experiment=cnn_fsdd | ast_fsdd`: both on the same 20 x 20 log-mels
-(`data=fsdd_small`, CNNWordReco's features), the CNN without augmentation for 650 steps of 32
-(about CNNWordReco's 10 epochs), then the AST with warps, SpecAugment and mixup for 2,400 steps
-of 64, distilled from the CNN trained on the same split (DeiT's hard distillation, the CNN's
-labels as the only target, `model.teacher=<the CNN's best checkpoint>`; `--teacher none`: the AST
-alone, on the true labels); --ast-steps / --cnn-steps change the steps.
+(`data=fsdd_small`, CNNWordReco's features), the CNN with a mel warp for 650 steps of 32 (about
+CNNWordReco's 10 epochs), then the AST (a depthwise convolution of the patch grid before every
+layer, CPVT's) with warps, SpecAugment and mixup for 2,400 steps of 64, distilled from the CNN
+trained on the same split (DeiT's hard distillation, the CNN's labels as the only target,
+`model.teacher=<the CNN's best checkpoint>`; `--teacher none`: the AST alone, on the true
+labels); --ast-steps / --cnn-steps change the steps.
 
 (d) `voices`: how far a new voice falls with fewer training voices: for each k of --voices, the
 models train on k of the five speakers (the 5 runs of k neighbours in the sorted list, cyclic)

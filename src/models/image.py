@@ -5,7 +5,8 @@ ViT (`model=vit`): the image is cut into P x P patches, each flattened and mappe
 token (src.nn.patch); a learned class token is put in front, positions are added (learned, or a
 fixed 2-D sinusoidal encoding), the Transformer encoder of src.nn.transformer reads the N + 1
 tokens, and a linear layer classifies the class token's output. Nothing in it knows that nearby
-pixels are related: it learns that from data.
+pixels are related: it learns that from data, unless `conv_positions` puts a depthwise
+convolution of each patch's neighbours before the first layers.
 
 CNN (`model=cnn`): convolution blocks (3 x 3 convolution, BatchNorm, ReLU, 2 x 2 max pooling)
 and a linear layer on the globally averaged features: locality and translation equivariance
